@@ -1,0 +1,763 @@
+//! [`ShardLog`]: the public face of one shard's log — appends, reads, truncation, retention.
+//!
+//! Where offsets are assigned: in [`ShardLog::append`], under the queue lock, in the order
+//! appends are accepted. The single writer thread (see `writer.rs`) then writes them in that
+//! order, so the order of offsets, of bytes on disk and of commit notifications is one order.
+//!
+//! An append passes two points: *accepted* (offsets assigned, queued — the point an
+//! enqueue-ack broker answers at) when `append` returns its [`Appended`] ticket, and
+//! *committed* (written and covered by the fsync policy) when the ticket's
+//! [`Appended::committed`] resolves. Readers see records only once they are committed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use felix_wire::BatchHeader;
+use felix_wire::batch::{stamp_base_offset, stamp_partition_leader_epoch};
+use parking_lot::{Condvar, Mutex, RwLock};
+use tokio::sync::{Notify, broadcast, oneshot, watch};
+
+use crate::config::LogConfig;
+use crate::error::LogError;
+use crate::recovery::open_segments;
+use crate::segment::{SealedSegment, Segment};
+use crate::writer;
+
+/// Chunk size for reads that scan forward from an index entry.
+const READ_CHUNK: usize = 256 * 1024;
+
+pub(crate) enum Request {
+    Append {
+        batch: Vec<u8>,
+        header: BatchHeader,
+        reply: oneshot::Sender<Result<(), LogError>>,
+    },
+    Truncate {
+        after: u64,
+        reply: oneshot::Sender<Result<u64, LogError>>,
+    },
+    Sync {
+        reply: oneshot::Sender<Result<u64, LogError>>,
+    },
+}
+
+pub(crate) struct Queue {
+    pub requests: Vec<Request>,
+    /// Bytes of queued appends not yet written.
+    pub pending_bytes: usize,
+    /// The next offset to assign.
+    pub next_offset: u64,
+    /// The shard's generation: stamped on leader appends, the floor for follower appends.
+    pub generation: i32,
+    /// A truncation is in flight: appends wait until it has set `next_offset`.
+    pub truncating: bool,
+    pub closed: bool,
+    /// Set after a failed write or flush: (operation, reason).
+    pub failed: Option<(&'static str, String)>,
+}
+
+pub(crate) struct Shared {
+    pub dir: PathBuf,
+    pub shard: String,
+    pub config: RwLock<LogConfig>,
+    /// Oldest first; the last one is the active segment.
+    pub segments: RwLock<Vec<Arc<Segment>>>,
+    pub queue: Mutex<Queue>,
+    /// Wakes the writer thread.
+    pub work: Condvar,
+    /// Wakes appenders waiting for queue room or for a truncation to finish.
+    pub room: Notify,
+    /// One past the last committed offset: the default bound for readers.
+    pub committed_end: AtomicU64,
+    /// One past the last offset known to be flushed to the device.
+    pub durable_end: AtomicU64,
+    /// Readers below this offset's records are uploaded: truncation may not cut them.
+    pub immutable_below: AtomicU64,
+    pub committed_tx: watch::Sender<u64>,
+    pub sealed_tx: broadcast::Sender<SealedSegment>,
+    /// Wakes the periodic syncer early (shutdown).
+    pub syncer_stop: (Mutex<bool>, Condvar),
+}
+
+impl Shared {
+    pub fn failed_error(&self, op: &'static str, reason: &str) -> LogError {
+        LogError::Failed {
+            shard: self.shard.clone(),
+            op,
+            reason: reason.to_owned(),
+        }
+    }
+}
+
+/// The ticket of an accepted append: its offsets, and a way to wait for its commit.
+#[derive(Debug)]
+pub struct Appended {
+    /// Offset of the batch's first record.
+    pub base_offset: u64,
+    /// Offset of the batch's last record.
+    pub last_offset: u64,
+    done: oneshot::Receiver<Result<(), LogError>>,
+}
+
+impl Appended {
+    /// Resolves once the batch is written and covered by the fsync policy.
+    pub async fn committed(self) -> Result<(u64, u64), LogError> {
+        match self.done.await {
+            Ok(Ok(())) => Ok((self.base_offset, self.last_offset)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(LogError::Closed {
+                shard: String::new(),
+            }),
+        }
+    }
+
+    /// Like [`Appended::committed`], for callers outside an async runtime.
+    pub fn wait_committed(self) -> Result<(u64, u64), LogError> {
+        match self.done.blocking_recv() {
+            Ok(Ok(())) => Ok((self.base_offset, self.last_offset)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(LogError::Closed {
+                shard: String::new(),
+            }),
+        }
+    }
+}
+
+/// What a read returned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogRead {
+    /// Whole batches, exactly as stored, in offset order. Empty if nothing is readable yet.
+    pub batches: Vec<u8>,
+    /// The offset to read next (one past the last returned record, or the requested offset).
+    pub next_offset: u64,
+    /// One past the last offset the read was allowed to see (committed end or upper bound).
+    pub visible_end: u64,
+}
+
+/// The log's offsets at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOffsets {
+    /// The first offset the log holds (after retention).
+    pub first: u64,
+    /// The next offset an append will get (includes accepted, uncommitted appends).
+    pub next: u64,
+    /// One past the last committed offset: what readers can see.
+    pub committed: u64,
+    /// One past the last offset flushed to the device.
+    pub durable: u64,
+}
+
+/// How many sealed segments retention removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetentionOutcome {
+    pub deleted_segments: usize,
+    pub deleted_bytes: u64,
+    /// The log's first offset afterwards.
+    pub first_offset: u64,
+}
+
+enum Placement {
+    /// Leader append: the log stamps offsets and the generation.
+    Leader,
+    /// Leader append that must land exactly at this offset (`publish_if`).
+    LeaderAt(u64),
+    /// Follower append: offsets and generation as given.
+    Follower,
+}
+
+struct Owner {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.shared.queue.lock().closed = true;
+        self.shared.work.notify_all();
+        *self.shared.syncer_stop.0.lock() = true;
+        self.shared.syncer_stop.1.notify_all();
+        for t in self.threads.lock().drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One shard's durable log. Cheap to clone; the writer stops (after flushing) when the last
+/// clone is dropped.
+#[derive(Clone)]
+pub struct ShardLog {
+    owner: Arc<Owner>,
+}
+
+impl std::fmt::Debug for ShardLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardLog")
+            .field("shard", &self.shared().shard)
+            .field("dir", &self.shared().dir)
+            .finish()
+    }
+}
+
+impl ShardLog {
+    /// Opens (or creates) the log in `dir`, recovering from a crash if needed, and starts
+    /// its writer (and, under the periodic policy, its flusher) thread.
+    pub fn open(dir: impl AsRef<Path>, config: LogConfig) -> Result<ShardLog, LogError> {
+        let dir = dir.as_ref().to_path_buf();
+        let recovered = open_segments(&dir, &config)?;
+        let next = recovered.next_offset;
+        let (committed_tx, _) = watch::channel(next);
+        let (sealed_tx, _) = broadcast::channel(1024);
+        let shared = Arc::new(Shared {
+            shard: config.shard.clone(),
+            dir,
+            segments: RwLock::new(recovered.segments),
+            queue: Mutex::new(Queue {
+                requests: Vec::new(),
+                pending_bytes: 0,
+                next_offset: next,
+                generation: recovered.last_generation,
+                truncating: false,
+                closed: false,
+                failed: None,
+            }),
+            work: Condvar::new(),
+            room: Notify::new(),
+            committed_end: AtomicU64::new(next),
+            durable_end: AtomicU64::new(next),
+            immutable_below: AtomicU64::new(0),
+            committed_tx,
+            sealed_tx,
+            syncer_stop: (Mutex::new(false), Condvar::new()),
+            config: RwLock::new(config),
+        });
+        let threads = writer::start(&shared).map_err(|source| LogError::Io {
+            shard: shared.shard.clone(),
+            op: "start writer thread",
+            path: shared.dir.clone(),
+            source,
+        })?;
+        Ok(ShardLog {
+            owner: Arc::new(Owner {
+                shared,
+                threads: Mutex::new(threads),
+            }),
+        })
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.owner.shared
+    }
+
+    /// The shard name given in the config.
+    pub fn shard(&self) -> &str {
+        &self.shared().shard
+    }
+
+    /// The directory holding the segment files.
+    pub fn dir(&self) -> &Path {
+        &self.shared().dir
+    }
+
+    /// Leader append: the log stamps the next offsets and the current generation into the
+    /// batch and queues it. Returns once the batch is accepted (waiting only if the queue
+    /// is full); await [`Appended::committed`] for the commit.
+    pub async fn append(&self, batch: Vec<u8>) -> Result<Appended, LogError> {
+        self.enqueue(batch, Placement::Leader).await
+    }
+
+    /// Single-writer fencing (`publish_if`): like [`ShardLog::append`], but the batch is
+    /// accepted only if the shard's next offset is `expected_offset`, checked atomically
+    /// with the assignment. Otherwise nothing is written and `OffsetMismatch` says the
+    /// actual next offset.
+    pub async fn append_if(
+        &self,
+        batch: Vec<u8>,
+        expected_offset: u64,
+    ) -> Result<Appended, LogError> {
+        self.enqueue(batch, Placement::LeaderAt(expected_offset))
+            .await
+    }
+
+    /// Follower append: the batch keeps its offsets and generation. Refused if it does not
+    /// start exactly at the shard's next offset or carries an older generation than the
+    /// shard has seen; a newer generation is adopted.
+    pub async fn append_at(&self, batch: Vec<u8>) -> Result<Appended, LogError> {
+        self.enqueue(batch, Placement::Follower).await
+    }
+
+    async fn enqueue(
+        &self,
+        mut batch: Vec<u8>,
+        placement: Placement,
+    ) -> Result<Appended, LogError> {
+        let shared = self.shared();
+        let (max_batch, max_pending) = {
+            let c = shared.config.read();
+            (c.max_batch_bytes, c.max_pending_bytes)
+        };
+        if batch.len() > max_batch {
+            return Err(LogError::BatchTooLarge {
+                size: batch.len(),
+                max: max_batch,
+            });
+        }
+        let (header, len) =
+            BatchHeader::validate(&batch, max_batch).map_err(LogError::InvalidBatch)?;
+        if len != batch.len() {
+            return Err(LogError::TrailingBytes {
+                extra: batch.len() - len,
+            });
+        }
+        loop {
+            let notified = shared.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut q = shared.queue.lock();
+                if let Some((op, reason)) = &q.failed {
+                    return Err(shared.failed_error(op, reason));
+                }
+                if q.closed {
+                    return Err(LogError::Closed {
+                        shard: shared.shard.clone(),
+                    });
+                }
+                let has_room = q.pending_bytes == 0 || q.pending_bytes + len <= max_pending;
+                if !q.truncating && has_room {
+                    let mut header = header;
+                    match placement {
+                        Placement::Leader | Placement::LeaderAt(_) => {
+                            if let Placement::LeaderAt(expected) = placement {
+                                if expected != q.next_offset {
+                                    return Err(LogError::OffsetMismatch {
+                                        given: expected,
+                                        next: q.next_offset,
+                                    });
+                                }
+                            }
+                            stamp_base_offset(&mut batch, q.next_offset as i64);
+                            stamp_partition_leader_epoch(&mut batch, q.generation);
+                            header.base_offset = q.next_offset as i64;
+                            header.partition_leader_epoch = q.generation;
+                        }
+                        Placement::Follower => {
+                            if header.base_offset < 0 || header.base_offset as u64 != q.next_offset
+                            {
+                                return Err(LogError::OffsetMismatch {
+                                    given: header.base_offset.max(0) as u64,
+                                    next: q.next_offset,
+                                });
+                            }
+                            if header.partition_leader_epoch < q.generation {
+                                return Err(LogError::StaleGeneration {
+                                    batch: header.partition_leader_epoch,
+                                    current: q.generation,
+                                });
+                            }
+                            q.generation = header.partition_leader_epoch;
+                        }
+                    }
+                    let base = header.base_offset as u64;
+                    let last = base + header.offset_count() - 1;
+                    q.next_offset = last + 1;
+                    q.pending_bytes += len;
+                    let (reply, done) = oneshot::channel();
+                    q.requests.push(Request::Append {
+                        batch,
+                        header,
+                        reply,
+                    });
+                    drop(q);
+                    shared.work.notify_one();
+                    return Ok(Appended {
+                        base_offset: base,
+                        last_offset: last,
+                        done,
+                    });
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Cuts every record after `offset` (a follower or a new leader dropping uncommitted
+    /// records), even inside a sealed segment that was not uploaded. Appends queued before
+    /// the call are written first and cut too; appends made meanwhile wait and then
+    /// continue at `offset + 1`. Returns the new next offset.
+    pub async fn truncate_after(&self, offset: u64) -> Result<u64, LogError> {
+        let shared = self.shared();
+        let rx = loop {
+            let notified = shared.room.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut q = shared.queue.lock();
+                if let Some((op, reason)) = &q.failed {
+                    return Err(shared.failed_error(op, reason));
+                }
+                if q.closed {
+                    return Err(LogError::Closed {
+                        shard: shared.shard.clone(),
+                    });
+                }
+                if !q.truncating {
+                    q.truncating = true;
+                    let (reply, rx) = oneshot::channel();
+                    q.requests.push(Request::Truncate {
+                        after: offset,
+                        reply,
+                    });
+                    break rx;
+                }
+            }
+            notified.await;
+        };
+        shared.work.notify_one();
+        rx.await.unwrap_or_else(|_| {
+            Err(LogError::Closed {
+                shard: shared.shard.clone(),
+            })
+        })
+    }
+
+    /// Flushes everything committed so far to the device now; returns the durable end.
+    pub async fn sync(&self) -> Result<u64, LogError> {
+        let shared = self.shared();
+        let rx = {
+            let mut q = shared.queue.lock();
+            if let Some((op, reason)) = &q.failed {
+                return Err(shared.failed_error(op, reason));
+            }
+            if q.closed {
+                return Err(LogError::Closed {
+                    shard: shared.shard.clone(),
+                });
+            }
+            let (reply, rx) = oneshot::channel();
+            q.requests.push(Request::Sync { reply });
+            rx
+        };
+        shared.work.notify_one();
+        rx.await.unwrap_or_else(|_| {
+            Err(LogError::Closed {
+                shard: shared.shard.clone(),
+            })
+        })
+    }
+
+    /// Sets the shard's generation (stamped on leader appends from now on). Generations
+    /// only grow: an older one is refused.
+    pub fn set_generation(&self, generation: i32) -> Result<(), LogError> {
+        let mut q = self.shared().queue.lock();
+        if generation < q.generation {
+            return Err(LogError::StaleGeneration {
+                batch: generation,
+                current: q.generation,
+            });
+        }
+        q.generation = generation;
+        Ok(())
+    }
+
+    /// The shard's current generation (-1 before any was set).
+    pub fn generation(&self) -> i32 {
+        self.shared().queue.lock().generation
+    }
+
+    /// Declares that records below `offset` were uploaded: they are immutable from now on,
+    /// so `truncate_after` will refuse to cut them.
+    pub fn mark_uploaded_below(&self, offset: u64) {
+        self.shared()
+            .immutable_below
+            .fetch_max(offset, Ordering::AcqRel);
+    }
+
+    /// Updates the retention policy and segment rolling on a live log.
+    pub fn alter(&self, f: impl FnOnce(&mut LogConfig)) {
+        f(&mut self.shared().config.write());
+    }
+
+    /// A copy of the current configuration.
+    pub fn config(&self) -> LogConfig {
+        self.shared().config.read().clone()
+    }
+
+    /// The first offset the log holds.
+    pub fn first_offset(&self) -> u64 {
+        self.shared()
+            .segments
+            .read()
+            .first()
+            .map_or(0, |s| s.base_offset)
+    }
+
+    /// The next offset an append will be given.
+    pub fn next_offset(&self) -> u64 {
+        self.shared().queue.lock().next_offset
+    }
+
+    /// One past the last committed offset.
+    pub fn committed_offset(&self) -> u64 {
+        self.shared().committed_end.load(Ordering::Acquire)
+    }
+
+    /// All the log's offsets at once.
+    pub fn offsets(&self) -> LogOffsets {
+        let shared = self.shared();
+        LogOffsets {
+            first: self.first_offset(),
+            next: self.next_offset(),
+            committed: shared.committed_end.load(Ordering::Acquire),
+            durable: shared.durable_end.load(Ordering::Acquire),
+        }
+    }
+
+    /// A watch of the committed end, for readers that tail the log.
+    pub fn watch_committed(&self) -> watch::Receiver<u64> {
+        self.shared().committed_tx.subscribe()
+    }
+
+    /// Notifications of segments as they are sealed (the tiering hook). A receiver that
+    /// falls behind gets `Lagged` and can resynchronise with [`ShardLog::sealed_segments`].
+    pub fn subscribe_sealed(&self) -> broadcast::Receiver<SealedSegment> {
+        self.shared().sealed_tx.subscribe()
+    }
+
+    /// The sealed segments, oldest first.
+    pub fn sealed_segments(&self) -> Vec<SealedSegment> {
+        self.shared()
+            .segments
+            .read()
+            .iter()
+            .filter(|s| s.sealed.load(Ordering::Acquire))
+            .map(|s| s.summary())
+            .collect()
+    }
+
+    /// Total bytes in the log's segment files.
+    pub fn size_bytes(&self) -> u64 {
+        self.shared().segments.read().iter().map(|s| s.size()).sum()
+    }
+
+    /// Reads whole batches starting with the one that holds `from_offset`, as stored, up to
+    /// about `max_bytes` (at least one batch if any is readable), never past the committed
+    /// end nor past `upper_bound` (exclusive; e.g. a quorum mark). Crosses segment
+    /// boundaries. Every batch returned has passed its CRC check.
+    pub fn read(
+        &self,
+        from_offset: u64,
+        max_bytes: usize,
+        upper_bound: Option<u64>,
+    ) -> Result<LogRead, LogError> {
+        let shared = self.shared();
+        let committed = shared.committed_end.load(Ordering::Acquire);
+        let visible_end = upper_bound.map_or(committed, |b| b.min(committed));
+        let max_batch = shared.config.read().max_batch_bytes;
+        let segs = shared.segments.read();
+        let first = segs.first().map_or(0, |s| s.base_offset);
+        if from_offset < first || from_offset > committed {
+            return Err(LogError::OffsetOutOfRange {
+                requested: from_offset,
+                first,
+                next: committed,
+            });
+        }
+        let mut out = LogRead {
+            batches: Vec::new(),
+            next_offset: from_offset,
+            visible_end,
+        };
+        if from_offset >= visible_end {
+            return Ok(out);
+        }
+        let start = segs
+            .partition_point(|s| s.base_offset <= from_offset)
+            .saturating_sub(1);
+        let mut done = false;
+        for seg in &segs[start..] {
+            if done {
+                break;
+            }
+            let position = seg.index.read().position_for(out.next_offset);
+            let chunk = READ_CHUNK.min(max_bytes.saturating_sub(out.batches.len()).max(4096));
+            seg.walk(
+                position,
+                seg.size(),
+                chunk,
+                max_batch,
+                &shared.shard,
+                |h, _, bytes| {
+                    let last = h.last_offset() as u64;
+                    if last < out.next_offset {
+                        return true; // before the requested offset
+                    }
+                    if last >= visible_end
+                        || (!out.batches.is_empty() && out.batches.len() + bytes.len() > max_bytes)
+                    {
+                        done = true;
+                        return false;
+                    }
+                    out.batches.extend_from_slice(bytes);
+                    out.next_offset = last + 1;
+                    true
+                },
+            )?;
+            if out.batches.len() >= max_bytes {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The base offset of the first batch holding a record with a timestamp at or after
+    /// `timestamp_ms` (by the batch's max timestamp), among committed records; `None` if
+    /// there is none yet.
+    pub fn offset_for_time(&self, timestamp_ms: i64) -> Result<Option<u64>, LogError> {
+        let shared = self.shared();
+        let committed = shared.committed_end.load(Ordering::Acquire);
+        let max_batch = shared.config.read().max_batch_bytes;
+        let segs = shared.segments.read();
+        for seg in segs.iter() {
+            if seg.max_timestamp.load(Ordering::Relaxed) < timestamp_ms {
+                continue;
+            }
+            let position = seg.index.read().position_for_time(timestamp_ms);
+            let mut found = None;
+            seg.walk(
+                position,
+                seg.size(),
+                READ_CHUNK,
+                max_batch,
+                &shared.shard,
+                |h, _, _| {
+                    if h.max_timestamp >= timestamp_ms {
+                        found = Some(h.base_offset as u64);
+                        return false;
+                    }
+                    true
+                },
+            )?;
+            if let Some(off) = found {
+                return Ok((off < committed).then_some(off));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads like [`ShardLog::read`], starting at the first batch with a record at or after
+    /// `timestamp_ms`. Returns an empty read positioned at the committed end if none is.
+    pub fn read_from_time(
+        &self,
+        timestamp_ms: i64,
+        max_bytes: usize,
+        upper_bound: Option<u64>,
+    ) -> Result<LogRead, LogError> {
+        match self.offset_for_time(timestamp_ms)? {
+            Some(offset) => self.read(offset, max_bytes, upper_bound),
+            None => {
+                let end = self.committed_offset();
+                Ok(LogRead {
+                    batches: Vec::new(),
+                    next_offset: end,
+                    visible_end: upper_bound.map_or(end, |b| b.min(end)),
+                })
+            }
+        }
+    }
+
+    /// Checks every stored batch of every segment (CRC, framing, offset order) and returns
+    /// the number of batches checked, or the first corruption with its place.
+    pub fn verify(&self) -> Result<u64, LogError> {
+        let shared = self.shared();
+        let max_batch = shared.config.read().max_batch_bytes;
+        let segs: Vec<Arc<Segment>> = shared.segments.read().clone();
+        let mut count = 0u64;
+        let mut expect = segs.first().map_or(0, |s| s.base_offset);
+        for seg in segs {
+            let mut bad = None;
+            seg.walk(
+                0,
+                seg.size(),
+                1 << 20,
+                max_batch,
+                &shared.shard,
+                |h, pos, _| {
+                    if (h.base_offset as u64) < expect {
+                        bad = Some(pos);
+                        return false;
+                    }
+                    expect = h.last_offset() as u64 + 1;
+                    count += 1;
+                    true
+                },
+            )?;
+            if let Some(position) = bad {
+                return Err(LogError::Corrupt {
+                    shard: shared.shard.clone(),
+                    segment: seg.path.clone(),
+                    position,
+                    source: felix_wire::WireError::Inconsistent("batch offset goes backwards"),
+                });
+            }
+        }
+        Ok(count)
+    }
+
+    /// Deletes the oldest sealed segments that the retention policy no longer wants, but
+    /// only those whose every record is below `deletable_below` (the caller's floor: what is
+    /// uploaded and acknowledged). The active segment is never deleted.
+    pub fn enforce_retention(&self, deletable_below: u64) -> Result<RetentionOutcome, LogError> {
+        let shared = self.shared();
+        let policy = shared.config.read().retention;
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let removed: Vec<Arc<Segment>> = {
+            let mut segs = shared.segments.write();
+            let mut total: u64 = segs.iter().map(|s| s.size()).sum();
+            let mut n = 0;
+            while n + 1 < segs.len() {
+                let s = &segs[n];
+                if !s.sealed.load(Ordering::Acquire) || s.next_offset() > deletable_below {
+                    break;
+                }
+                let over_size = policy
+                    .max_bytes
+                    .is_some_and(|max| total.saturating_sub(s.size()) >= max);
+                let too_old = policy.max_age.is_some_and(|age| {
+                    s.max_timestamp.load(Ordering::Relaxed) < now_ms - age.as_millis() as i64
+                });
+                if !(over_size || too_old) {
+                    break;
+                }
+                total -= s.size();
+                n += 1;
+            }
+            segs.drain(..n).collect()
+        };
+        let mut outcome = RetentionOutcome {
+            deleted_segments: removed.len(),
+            deleted_bytes: removed.iter().map(|s| s.size()).sum(),
+            first_offset: self.first_offset(),
+        };
+        for seg in &removed {
+            let index = shared
+                .dir
+                .join(crate::segment::index_file_name(seg.base_offset));
+            std::fs::remove_file(&seg.path).map_err(|e| {
+                crate::segment::io_err(&shared.shard, "delete segment", &seg.path, e)
+            })?;
+            let _ = std::fs::remove_file(index);
+        }
+        if !removed.is_empty() {
+            crate::segment::sync_dir(&shared.dir).map_err(|e| {
+                crate::segment::io_err(&shared.shard, "sync log directory", &shared.dir, e)
+            })?;
+            tracing::info!(shard = %shared.shard, segments = outcome.deleted_segments, bytes = outcome.deleted_bytes, "retention deleted sealed segments");
+        }
+        outcome.first_offset = self.first_offset();
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,261 @@
+//! The RecordBatch v2 header: where every field sits, how the CRC is checked, and how the log
+//! stamps offsets and generations without touching the bytes the CRC covers.
+//!
+//! Layout (big-endian), 61 bytes before the records:
+//!
+//! ```text
+//!  0 base_offset i64        12 partition_leader_epoch i32   17 crc u32 (CRC32C of 21..)
+//!  8 batch_length i32       16 magic i8 (= 2)               21 attributes i16
+//! 23 last_offset_delta i32  27 base_timestamp i64           35 max_timestamp i64
+//! 43 producer_id i64        51 producer_epoch i16           53 base_sequence i32
+//! 57 records_count i32      61 records...
+//! ```
+//!
+//! `batch_length` counts the bytes after itself, so a whole batch is `12 + batch_length`.
+//! The CRC covers attributes through the end, which is why the base offset and the partition
+//! leader epoch (Felix's shard generation) can be rewritten in place.
+
+use crate::error::WireError;
+use crate::record::Compression;
+
+/// Bytes before the first record.
+pub const BATCH_HEADER_LEN: usize = 61;
+/// Bytes of `base_offset` + `batch_length`: what must be read to learn a batch's size.
+pub const LOG_OVERHEAD: usize = 12;
+/// Where the CRC-covered region starts.
+const CRC_START: usize = 21;
+/// The only magic Felix accepts.
+pub const MAGIC_V2: i8 = 2;
+
+const ATTR_COMPRESSION_MASK: i16 = 0x07;
+const ATTR_LOG_APPEND_TIME: i16 = 0x08;
+const ATTR_TRANSACTIONAL: i16 = 0x10;
+const ATTR_CONTROL: i16 = 0x20;
+
+/// The decoded fixed header of one batch. Cheap to copy; it borrows nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchHeader {
+    pub base_offset: i64,
+    pub batch_length: i32,
+    pub partition_leader_epoch: i32,
+    pub magic: i8,
+    pub crc: u32,
+    pub attributes: i16,
+    pub last_offset_delta: i32,
+    pub base_timestamp: i64,
+    pub max_timestamp: i64,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+    pub records_count: i32,
+}
+
+fn be_i16(b: &[u8], at: usize) -> i16 {
+    i16::from_be_bytes([b[at], b[at + 1]])
+}
+fn be_i32(b: &[u8], at: usize) -> i32 {
+    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+fn be_i64(b: &[u8], at: usize) -> i64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    i64::from_be_bytes(a)
+}
+
+impl BatchHeader {
+    /// Reads the size of the batch starting at `buf` from its first 12 bytes: the whole
+    /// batch's length in bytes, checked against `max_batch_bytes`.
+    pub fn peek_total_len(buf: &[u8], max_batch_bytes: usize) -> Result<usize, WireError> {
+        if buf.len() < LOG_OVERHEAD {
+            return Err(WireError::Truncated {
+                needed: LOG_OVERHEAD,
+                available: buf.len(),
+            });
+        }
+        let length = be_i32(buf, 8) as i64;
+        // Compared as u64: `max_batch_bytes` may be `usize::MAX` ("no limit"), which an `as
+        // i64` cast would turn into -1 and so refuse every batch.
+        let total = length + LOG_OVERHEAD as i64;
+        if length < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i64 || total as u64 > max_batch_bytes as u64 {
+            return Err(WireError::InvalidLength {
+                length,
+                min: BATCH_HEADER_LEN - LOG_OVERHEAD,
+                max: max_batch_bytes.saturating_sub(LOG_OVERHEAD),
+            });
+        }
+        Ok(total as usize)
+    }
+
+    /// Parses the header at the start of `buf` without checking the CRC or that the whole
+    /// batch is present. Refuses anything but magic 2 and impossible lengths.
+    pub fn parse(buf: &[u8]) -> Result<BatchHeader, WireError> {
+        if buf.len() < BATCH_HEADER_LEN {
+            return Err(WireError::Truncated {
+                needed: BATCH_HEADER_LEN,
+                available: buf.len(),
+            });
+        }
+        let magic = buf[16] as i8;
+        if magic != MAGIC_V2 {
+            return Err(WireError::UnsupportedMagic(magic));
+        }
+        let header = BatchHeader {
+            base_offset: be_i64(buf, 0),
+            batch_length: be_i32(buf, 8),
+            partition_leader_epoch: be_i32(buf, 12),
+            magic,
+            crc: u32::from_be_bytes([buf[17], buf[18], buf[19], buf[20]]),
+            attributes: be_i16(buf, 21),
+            last_offset_delta: be_i32(buf, 23),
+            base_timestamp: be_i64(buf, 27),
+            max_timestamp: be_i64(buf, 35),
+            producer_id: be_i64(buf, 43),
+            producer_epoch: be_i16(buf, 51),
+            base_sequence: be_i32(buf, 53),
+            records_count: be_i32(buf, 57),
+        };
+        if (header.batch_length as i64) < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i64 {
+            return Err(WireError::InvalidLength {
+                length: header.batch_length as i64,
+                min: BATCH_HEADER_LEN - LOG_OVERHEAD,
+                max: i32::MAX as usize,
+            });
+        }
+        Ok(header)
+    }
+
+    /// Parses and fully validates one whole batch at the start of `buf`: the length fits in
+    /// `buf` and under `max_batch_bytes`, the magic is 2, the CRC matches, the codec exists
+    /// and the offset/count fields are consistent. Returns the header and the batch's length.
+    pub fn validate(buf: &[u8], max_batch_bytes: usize) -> Result<(BatchHeader, usize), WireError> {
+        let total = Self::peek_total_len(buf, max_batch_bytes)?;
+        if buf.len() < total {
+            return Err(WireError::Truncated {
+                needed: total,
+                available: buf.len(),
+            });
+        }
+        let header = Self::parse(buf)?;
+        let computed = crc32c::crc32c(&buf[CRC_START..total]);
+        if computed != header.crc {
+            return Err(WireError::CrcMismatch {
+                stored: header.crc,
+                computed,
+            });
+        }
+        header.compression()?;
+        if header.last_offset_delta < 0 {
+            return Err(WireError::Inconsistent("negative last offset delta"));
+        }
+        if header.records_count < 0 {
+            return Err(WireError::Inconsistent("negative record count"));
+        }
+        // A batch with no records is legal only as a control batch (e.g. an emptied batch
+        // kept for its producer state); offsets may have gaps, never more records than offsets.
+        if header.records_count as i64 > header.last_offset_delta as i64 + 1 {
+            return Err(WireError::Inconsistent("more records than offsets in the batch"));
+        }
+        Ok((header, total))
+    }
+
+    /// The compression codec named by the attributes.
+    pub fn compression(&self) -> Result<Compression, WireError> {
+        Compression::from_attribute((self.attributes & ATTR_COMPRESSION_MASK) as u8)
+    }
+    /// Whether this is a control batch (markers such as a new leader's generation start).
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
+    }
+    /// Whether this batch belongs to a transaction.
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+    /// Whether timestamps were set by the log (LogAppendTime) rather than the producer.
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & ATTR_LOG_APPEND_TIME != 0
+    }
+    /// The offset of the batch's last record (base offset plus last offset delta).
+    pub fn last_offset(&self) -> i64 {
+        self.base_offset.saturating_add(self.last_offset_delta as i64)
+    }
+    /// How many offsets the batch spans (last offset delta + 1); 0 for a negative delta,
+    /// which only an unvalidated header can have.
+    pub fn offset_count(&self) -> u64 {
+        u64::try_from(self.last_offset_delta as i64 + 1).unwrap_or(0)
+    }
+    /// The whole batch's length in bytes, header included; 0 for a negative length, which
+    /// only a hand-built header can have ([`BatchHeader::parse`] refuses it).
+    pub fn total_len(&self) -> usize {
+        usize::try_from(self.batch_length as i64 + LOG_OVERHEAD as i64).unwrap_or(0)
+    }
+}
+
+/// Overwrites the base offset of the batch at the start of `buf` (outside the CRC).
+///
+/// # Panics
+/// If `buf` is shorter than a batch header; callers stamp only batches they validated.
+pub fn stamp_base_offset(buf: &mut [u8], base_offset: i64) {
+    buf[0..8].copy_from_slice(&base_offset.to_be_bytes());
+}
+
+/// Overwrites the partition leader epoch (Felix's shard generation) of the batch at the
+/// start of `buf` (outside the CRC).
+///
+/// # Panics
+/// If `buf` is shorter than a batch header; callers stamp only batches they validated.
+pub fn stamp_partition_leader_epoch(buf: &mut [u8], epoch: i32) {
+    buf[12..16].copy_from_slice(&epoch.to_be_bytes());
+}
+
+/// Computes and stores the CRC of a batch whose other fields are final.
+pub(crate) fn seal_crc(buf: &mut [u8]) {
+    let crc = crc32c::crc32c(&buf[CRC_START..]);
+    buf[17..21].copy_from_slice(&crc.to_be_bytes());
+}
+
+/// Iterates over the whole, validated batches in a buffer of concatenated batches (a log
+/// read, a produce request's record set). Stops with an error at the first invalid batch;
+/// a trailing partial batch is reported as [`WireError::Truncated`].
+pub struct BatchIter<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    max_batch_bytes: usize,
+    failed: bool,
+}
+
+impl<'a> BatchIter<'a> {
+    pub fn new(buf: &'a [u8], max_batch_bytes: usize) -> Self {
+        BatchIter {
+            buf,
+            pos: 0,
+            max_batch_bytes,
+            failed: false,
+        }
+    }
+    /// Byte position of the next batch in the buffer.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+}
+
+impl<'a> Iterator for BatchIter<'a> {
+    /// The header, and the whole batch's bytes.
+    type Item = Result<(BatchHeader, &'a [u8]), (usize, WireError)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.buf.len() {
+            return None;
+        }
+        let rest = &self.buf[self.pos..];
+        match BatchHeader::validate(rest, self.max_batch_bytes) {
+            Ok((header, len)) => {
+                self.pos += len;
+                Some(Ok((header, &rest[..len])))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err((self.pos, e)))
+            }
+        }
+    }
+}

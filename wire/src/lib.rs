@@ -1,0 +1,20 @@
+//! felix-wire: the formats every part of Felix shares. No I/O happens here.
+//!
+//! Records travel and rest as Kafka RecordBatch v2 (magic 2), byte for byte: the batch a
+//! producer sends is what the log stores and what a subscriber or a Kafka fetch receives.
+//! The broker only stamps the base offset and the generation (Kafka's partition leader
+//! epoch), neither of which is covered by the batch CRC, so stamping never re-encodes.
+//!
+//! * [`batch`] — the fixed 61-byte batch header: parsing, validation, CRC32C, stamping.
+//! * [`record`] — the records inside a batch: encoding a batch from records and decoding one
+//!   back, with every compression codec a Kafka client may send ([`Compression`]).
+//!
+//! Every decoder returns a typed [`WireError`] for any input and never panics.
+
+pub mod batch;
+pub mod error;
+pub mod record;
+
+pub use batch::{BATCH_HEADER_LEN, BatchHeader, BatchIter};
+pub use error::WireError;
+pub use record::{BatchBuilder, Compression, DecodedBatch, Header, Record};
