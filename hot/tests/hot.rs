@@ -1,0 +1,8 @@
+//! The shard log's promises, one test binary for the crate (modules under tests/hot/).
+
+mod hot {
+    mod append_read;
+    pub mod common;
+    mod crash;
+    mod recovery;
+}
