@@ -1,1 +1,34 @@
-fn main() {}
+//! felix-bench: Felix's load generator. Each scenario prints one JSON line of figures.
+//!
+//! Scenarios:
+//! * `log` — the shard log alone (felix-hot): durable append throughput and latency under an
+//!   fsync policy with K concurrent writers, then a sequential read of everything back from
+//!   the disk (page cache dropped for the log's files first).
+
+mod log_scenario;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "felix-bench",
+    version,
+    about = "Felix benchmarks: each scenario prints one JSON line of figures"
+)]
+struct Cli {
+    #[command(subcommand)]
+    scenario: Scenario,
+}
+
+#[derive(Subcommand)]
+enum Scenario {
+    /// Append to and read back one shard's log on local disk (no network).
+    Log(log_scenario::LogArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.scenario {
+        Scenario::Log(args) => log_scenario::run(args),
+    }
+}

@@ -26,7 +26,7 @@ use crate::segment::{SealedSegment, Segment};
 use crate::writer;
 
 /// Chunk size for reads that scan forward from an index entry.
-const READ_CHUNK: usize = 256 * 1024;
+const READ_CHUNK: usize = 1024 * 1024;
 
 pub(crate) enum Request {
     Append {
@@ -544,7 +544,8 @@ impl ShardLog {
     /// Reads whole batches starting with the one that holds `from_offset`, as stored, up to
     /// about `max_bytes` (at least one batch if any is readable), never past the committed
     /// end nor past `upper_bound` (exclusive; e.g. a quorum mark). Crosses segment
-    /// boundaries. Every batch returned has passed its CRC check.
+    /// boundaries. Every batch returned has passed its CRC check; a read that meets a damaged
+    /// batch returns the batches before it, and one that starts at it fails with `Corrupt`.
     pub fn read(
         &self,
         from_offset: u64,
@@ -582,7 +583,7 @@ impl ShardLog {
             }
             let position = seg.index.read().position_for(out.next_offset);
             let chunk = READ_CHUNK.min(max_bytes.saturating_sub(out.batches.len()).max(4096));
-            seg.walk(
+            let walked = seg.walk(
                 position,
                 seg.size(),
                 chunk,
@@ -603,7 +604,14 @@ impl ShardLog {
                     out.next_offset = last + 1;
                     true
                 },
-            )?;
+            );
+            match walked {
+                Ok(_) => {}
+                // Damage after the batches gathered so far: return those; the next read
+                // starts at the damaged batch and reports it with its place.
+                Err(LogError::Corrupt { .. }) if !out.batches.is_empty() => break,
+                Err(e) => return Err(e),
+            }
             if out.batches.len() >= max_bytes {
                 break;
             }

@@ -210,10 +210,12 @@ fn scan_prefix(seg: &Segment, len: u64, cfg: &LogConfig) -> Result<u64, LogError
     let mut position = 0u64;
     let mut expect = seg.base_offset;
     let mut max_ts = i64::MIN;
-    'chunks: while position < len {
+    while position < len {
         let want = SCAN_CHUNK.min((len - position) as usize);
         let buf = seg.read_exact_at(position, want, shard)?;
         let mut at = 0usize;
+        // Set at the first torn or invalid batch: the valid prefix ends at `position + at`.
+        let mut torn = false;
         while at < buf.len() {
             let rest = &buf[at..];
             let total = match felix_wire::BatchHeader::peek_total_len(rest, cfg.max_batch_bytes) {
@@ -223,7 +225,10 @@ fn scan_prefix(seg: &Segment, len: u64, cfg: &LogConfig) -> Result<u64, LogError
                 {
                     break; // header straddles the chunk: re-read
                 }
-                Err(_) => break 'chunks,
+                Err(_) => {
+                    torn = true;
+                    break;
+                }
             };
             let batch: std::borrow::Cow<[u8]> = if rest.len() >= total {
                 std::borrow::Cow::Borrowed(&rest[..total])
@@ -233,14 +238,17 @@ fn scan_prefix(seg: &Segment, len: u64, cfg: &LogConfig) -> Result<u64, LogError
                 }
                 std::borrow::Cow::Owned(seg.read_exact_at(position, total, shard)?)
             } else {
-                break 'chunks; // torn: the batch runs past the end of the file
+                torn = true; // the batch runs past the end of the file
+                break;
             };
             let Ok((h, blen)) = felix_wire::BatchHeader::validate(&batch, cfg.max_batch_bytes)
             else {
-                break 'chunks;
+                torn = true;
+                break;
             };
             if h.base_offset < 0 || (h.base_offset as u64) < expect {
-                break 'chunks;
+                torn = true;
+                break;
             }
             let pos = position + at as u64;
             index.note_batch(&h, pos, blen as u64, max_ts, cfg.index_interval_bytes);
@@ -252,10 +260,11 @@ fn scan_prefix(seg: &Segment, len: u64, cfg: &LogConfig) -> Result<u64, LogError
             expect = h.last_offset() as u64 + 1;
             at += blen;
         }
-        if at == 0 {
+        // Keep the whole batches of this chunk even when the tail after them is cut.
+        position += at as u64;
+        if torn || at == 0 {
             break;
         }
-        position += at as u64;
     }
     *seg.index.write() = index;
     seg.size.store(position, Ordering::Release);

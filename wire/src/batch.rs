@@ -76,7 +76,9 @@ impl BatchHeader {
         // Compared as u64: `max_batch_bytes` may be `usize::MAX` ("no limit"), which an `as
         // i64` cast would turn into -1 and so refuse every batch.
         let total = length + LOG_OVERHEAD as i64;
-        if length < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i64 || total as u64 > max_batch_bytes as u64 {
+        if length < (BATCH_HEADER_LEN - LOG_OVERHEAD) as i64
+            || total as u64 > max_batch_bytes as u64
+        {
             return Err(WireError::InvalidLength {
                 length,
                 min: BATCH_HEADER_LEN - LOG_OVERHEAD,
@@ -153,7 +155,9 @@ impl BatchHeader {
         // A batch with no records is legal only as a control batch (e.g. an emptied batch
         // kept for its producer state); offsets may have gaps, never more records than offsets.
         if header.records_count as i64 > header.last_offset_delta as i64 + 1 {
-            return Err(WireError::Inconsistent("more records than offsets in the batch"));
+            return Err(WireError::Inconsistent(
+                "more records than offsets in the batch",
+            ));
         }
         Ok((header, total))
     }
@@ -176,15 +180,16 @@ impl BatchHeader {
     }
     /// The offset of the batch's last record (base offset plus last offset delta).
     pub fn last_offset(&self) -> i64 {
-        self.base_offset.saturating_add(self.last_offset_delta as i64)
+        self.base_offset
+            .saturating_add(self.last_offset_delta as i64)
     }
     /// How many offsets the batch spans (last offset delta + 1); 0 for a negative delta,
     /// which only an unvalidated header can have.
     pub fn offset_count(&self) -> u64 {
         u64::try_from(self.last_offset_delta as i64 + 1).unwrap_or(0)
     }
-    /// The whole batch's length in bytes, header included; 0 for a negative length, which
-    /// only a hand-built header can have ([`BatchHeader::parse`] refuses it).
+    /// The whole batch's length in bytes, header included (`batch_length` + 12, at least 0:
+    /// only a hand-built header can have a negative length, [`BatchHeader::parse`] refuses it).
     pub fn total_len(&self) -> usize {
         usize::try_from(self.batch_length as i64 + LOG_OVERHEAD as i64).unwrap_or(0)
     }

@@ -139,7 +139,9 @@ impl DecodedBatch {
         // Each record takes at least 7 bytes, so a count larger than that is a lie we can
         // refuse before allocating for it.
         if count > records_bytes.len() / 7 + 1 {
-            return Err(WireError::Inconsistent("record count exceeds what the bytes can hold"));
+            return Err(WireError::Inconsistent(
+                "record count exceeds what the bytes can hold",
+            ));
         }
         let mut records = Vec::with_capacity(count);
         let mut cur = Cursor {
@@ -150,11 +152,15 @@ impl DecodedBatch {
             records.push(decode_record(&mut cur, &header, index)?);
         }
         if cur.pos != records_bytes.len() {
-            return Err(WireError::Inconsistent("bytes left over after the last record"));
+            return Err(WireError::Inconsistent(
+                "bytes left over after the last record",
+            ));
         }
         if let Some(last) = records.last() {
             if last.offset > header.last_offset() {
-                return Err(WireError::Inconsistent("record offset past the batch's last offset"));
+                return Err(WireError::Inconsistent(
+                    "record offset past the batch's last offset",
+                ));
             }
         }
         Ok(DecodedBatch { header, records })
@@ -203,12 +209,14 @@ impl Cursor<'_> {
         })
     }
     fn bytes(&mut self, len: usize, index: usize) -> Result<&[u8], WireError> {
-        let end = self.pos.checked_add(len).filter(|&e| e <= self.buf.len()).ok_or(
-            WireError::MalformedRecord {
+        let end = self
+            .pos
+            .checked_add(len)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(WireError::MalformedRecord {
                 index,
                 reason: "field longer than the record",
-            },
-        )?;
+            })?;
         let out = &self.buf[self.pos..end];
         self.pos = end;
         Ok(out)
@@ -311,7 +319,8 @@ fn put_nullable(out: &mut Vec<u8>, v: Option<&[u8]>) -> Result<(), WireError> {
     match v {
         None => put_varlong(out, -1),
         Some(b) => {
-            let len = i32::try_from(b.len()).map_err(|_| WireError::Unencodable("field over 2 GiB"))?;
+            let len =
+                i32::try_from(b.len()).map_err(|_| WireError::Unencodable("field over 2 GiB"))?;
             put_varlong(out, len as i64);
             out.extend_from_slice(b);
         }
@@ -388,7 +397,12 @@ impl BatchBuilder {
         let count = i32::try_from(self.records.len())
             .map_err(|_| WireError::Unencodable("too many records for one batch"))?;
         let base_ts = self.records[0].timestamp;
-        let max_ts = self.records.iter().map(|r| r.timestamp).max().unwrap_or(base_ts);
+        let max_ts = self
+            .records
+            .iter()
+            .map(|r| r.timestamp)
+            .max()
+            .unwrap_or(base_ts);
 
         let mut body = Vec::with_capacity(self.records.iter().map(approx_len).sum());
         let mut rec = Vec::with_capacity(64);
@@ -474,10 +488,12 @@ fn compress(codec: Compression, input: &[u8]) -> Result<Vec<u8>, WireError> {
             out.extend_from_slice(&1i32.to_be_bytes());
             let mut enc = snap::raw::Encoder::new();
             for chunk in input.chunks(XERIAL_BLOCK) {
-                let block = enc.compress_vec(chunk).map_err(|e| WireError::Compression {
-                    codec: "snappy",
-                    reason: e.to_string(),
-                })?;
+                let block = enc
+                    .compress_vec(chunk)
+                    .map_err(|e| WireError::Compression {
+                        codec: "snappy",
+                        reason: e.to_string(),
+                    })?;
                 out.extend_from_slice(&(block.len() as i32).to_be_bytes());
                 out.extend_from_slice(&block);
             }
@@ -496,7 +512,11 @@ fn compress(codec: Compression, input: &[u8]) -> Result<Vec<u8>, WireError> {
 }
 
 /// Reads a whole decompressing stream, refusing to produce more than `limit` bytes.
-fn read_limited(mut reader: impl Read, codec: &'static str, limit: usize) -> Result<Vec<u8>, WireError> {
+fn read_limited(
+    mut reader: impl Read,
+    codec: &'static str,
+    limit: usize,
+) -> Result<Vec<u8>, WireError> {
     let mut out = Vec::new();
     let cap = (limit as u64).saturating_add(1);
     (&mut reader)
