@@ -55,7 +55,8 @@ impl FromStr for FsyncPolicy {
 /// Retention never deletes the active segment nor anything at or above the caller's floor.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RetentionPolicy {
-    /// Delete the oldest sealed segments while the log holds more than this many bytes.
+    /// Delete the oldest sealed segment while the segments left after deleting it still hold
+    /// at least this many bytes (Kafka's rule: the log never shrinks below the limit).
     pub max_bytes: Option<u64>,
     /// Delete sealed segments whose newest record is older than this.
     pub max_age: Option<Duration>,

@@ -79,6 +79,9 @@ pub(crate) struct Shared {
     pub sealed_tx: broadcast::Sender<SealedSegment>,
     /// Wakes the periodic syncer early (shutdown).
     pub syncer_stop: (Mutex<bool>, Condvar),
+    /// Held by the periodic flusher (target + flush + durable mark), truncation and
+    /// retention, so none of them sees the segment list or the marks half-changed by another.
+    pub maintenance: Mutex<()>,
 }
 
 impl Shared {
@@ -230,6 +233,7 @@ impl ShardLog {
             committed_tx,
             sealed_tx,
             syncer_stop: (Mutex::new(false), Condvar::new()),
+            maintenance: Mutex::new(()),
             config: RwLock::new(config),
         });
         let threads = writer::start(&shared).map_err(|source| LogError::Io {
@@ -329,13 +333,13 @@ impl ShardLog {
                     let mut header = header;
                     match placement {
                         Placement::Leader | Placement::LeaderAt(_) => {
-                            if let Placement::LeaderAt(expected) = placement {
-                                if expected != q.next_offset {
-                                    return Err(LogError::OffsetMismatch {
-                                        given: expected,
-                                        next: q.next_offset,
-                                    });
-                                }
+                            if let Placement::LeaderAt(expected) = placement
+                                && expected != q.next_offset
+                            {
+                                return Err(LogError::OffsetMismatch {
+                                    given: expected,
+                                    next: q.next_offset,
+                                });
                             }
                             stamp_base_offset(&mut batch, q.next_offset as i64);
                             stamp_partition_leader_epoch(&mut batch, q.generation);
@@ -722,6 +726,7 @@ impl ShardLog {
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
+        let _maintenance = shared.maintenance.lock();
         let removed: Vec<Arc<Segment>> = {
             let mut segs = shared.segments.write();
             let mut total: u64 = segs.iter().map(|s| s.size()).sum();

@@ -46,10 +46,10 @@ pub(crate) fn open_segments(dir: &Path, cfg: &LogConfig) -> Result<Recovered, Lo
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         if let Some(stem) = name.strip_suffix(".log") {
-            if stem.len() == 20 {
-                if let Ok(base) = stem.parse::<u64>() {
-                    bases.push(base);
-                }
+            if stem.len() == 20
+                && let Ok(base) = stem.parse::<u64>()
+            {
+                bases.push(base);
             }
         } else if name.ends_with(".index.tmp") {
             // An index write interrupted by a crash; the segment's index is rebuilt if needed.
@@ -63,17 +63,17 @@ pub(crate) fn open_segments(dir: &Path, cfg: &LogConfig) -> Result<Recovered, Lo
     for (i, &base) in bases.iter().enumerate() {
         let is_last = i + 1 == count;
         let seg = open_one(dir, base, is_last, cfg)?;
-        if let Some(prev) = segments.last() {
-            if seg.base_offset < prev.next_offset() {
-                return Err(LogError::Corrupt {
-                    shard: shard.to_owned(),
-                    segment: seg.path.clone(),
-                    position: 0,
-                    source: WireError::Inconsistent(
-                        "segment overlaps the offsets of the one before it",
-                    ),
-                });
-            }
+        if let Some(prev) = segments.last()
+            && seg.base_offset < prev.next_offset()
+        {
+            return Err(LogError::Corrupt {
+                shard: shard.to_owned(),
+                segment: seg.path.clone(),
+                position: 0,
+                source: WireError::Inconsistent(
+                    "segment overlaps the offsets of the one before it",
+                ),
+            });
         }
         segments.push(Arc::new(seg));
     }

@@ -271,6 +271,8 @@ impl Writer {
     /// Cuts everything after `after`. `Err(Ok(e))` is a refusal that changed nothing;
     /// `Err(Err(f))` is an I/O failure that takes the log offline.
     fn truncate_after(&mut self, after: u64) -> Result<(), Result<LogError, Failure>> {
+        let shared = self.shared.clone();
+        let _maintenance = shared.maintenance.lock();
         let shard = self.shared.shard.clone();
         let keep_end = after.saturating_add(1);
         if keep_end >= self.end_offset {
@@ -335,10 +337,9 @@ impl Writer {
         };
 
         // Remove the later segments, newest first, then cut this one and make it active.
-        {
-            let mut list = self.shared.segments.write();
-            list.truncate(idx + 1);
-        }
+        // Readers are kept out (write lock) until the cut segment's bookkeeping is rebuilt.
+        let mut list = shared.segments.write();
+        list.retain(|s| s.base_offset <= seg.base_offset);
         for later in segs[idx + 1..].iter().rev() {
             std::fs::remove_file(&later.path).map_err(|e| io("delete segment", &later.path, e))?;
             let _ = std::fs::remove_file(self.shared.dir.join(index_file_name(later.base_offset)));
@@ -367,6 +368,7 @@ impl Writer {
         })
         .map_err(Ok)?;
         seg.sealed.store(false, Ordering::Release);
+        drop(list);
 
         self.active = seg.clone();
         self.active_since = (!seg.is_empty()).then(Instant::now);
@@ -489,6 +491,7 @@ fn run_flusher(shared: Arc<Shared>, interval: Duration) {
                 return;
             }
         }
+        let _maintenance = shared.maintenance.lock();
         // Read the target before picking the segment: anything committed by then is either
         // in this segment or in an earlier one that was flushed when it was sealed.
         let target = shared.committed_end.load(Ordering::Acquire);

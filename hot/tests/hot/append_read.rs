@@ -1265,18 +1265,20 @@ async fn concurrent_appends_get_unique_dense_offsets_in_each_senders_order() {
 #[tokio::test]
 async fn batches_larger_than_a_read_chunk_are_read_whole_and_in_order() {
     let dir = tempfile::tempdir().unwrap();
-    let log = ShardLog::open(dir.path(), small_segments(1 << 20)).unwrap();
-    // Small batches around ones of ~330 KB, larger than a read's 256 KiB chunk.
+    let log = ShardLog::open(dir.path(), small_segments(4 << 20)).unwrap();
+    // Small batches around ones of ~1.2 MB, larger than the chunk a read scans with (at
+    // most 1 MiB, and only 4 KiB for small max_bytes).
     let sent = append_many(&log, 12, |i| {
         if i % 3 == 1 {
-            batch(i as u64, 3, 110_000)
+            batch(i as u64, 3, 400_000)
         } else {
             batch(i as u64, 3, 50)
         }
     })
     .await;
-    assert!(sent.iter().any(|s| s.bytes.len() > 256 * 1024));
-    for max_bytes in [1, 5_000, 300_000, 1 << 20, 4 << 20] {
+    assert!(sent.iter().all(|s| s.bytes.len() < 4 << 20));
+    assert!(sent.iter().any(|s| s.bytes.len() > 1 << 20));
+    for max_bytes in [1, 5_000, 300_000, 1 << 20, 3 << 20, 16 << 20] {
         assert_log_holds(&log, &sent, max_bytes, -1);
     }
     for s in &sent {
@@ -1286,7 +1288,7 @@ async fn batches_larger_than_a_read_chunk_are_read_whole_and_in_order() {
         assert_stored_as_sent(&batches[0].1, s, -1);
     }
     drop(log);
-    let log = ShardLog::open(dir.path(), small_segments(1 << 20)).unwrap();
+    let log = ShardLog::open(dir.path(), small_segments(4 << 20)).unwrap();
     assert_log_holds(&log, &sent, 1, -1);
 }
 

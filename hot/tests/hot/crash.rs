@@ -33,7 +33,7 @@ fn config(fsync: &str) -> LogConfig {
 /// the exact bytes of any batch it finds in the log, acknowledged or not.
 fn seeded_batch(seed: u64) -> Vec<u8> {
     let records = 1 + (seed % 7) as usize;
-    let mut b = BatchBuilder::new(if seed % 3 == 0 {
+    let mut b = BatchBuilder::new(if seed.is_multiple_of(3) {
         Compression::Zstd
     } else {
         Compression::None

@@ -174,7 +174,9 @@ async fn truncated_active_segment_is_recovered_to_its_last_whole_batch() {
 
 #[tokio::test]
 async fn garbage_after_the_last_whole_batch_is_cut_off_on_reopen() {
-    let cases: Vec<(&str, Box<dyn Fn(&Path, &[Stored]) -> Vec<u8>>)> = vec![
+    /// Bytes to append to the active segment, given its file and batches.
+    type Garbage = Box<dyn Fn(&Path, &[Stored]) -> Vec<u8>>;
+    let cases: Vec<(&str, Garbage)> = vec![
         ("random bytes", Box::new(|_, _| noise(42, 3000))),
         ("zeros", Box::new(|_, _| vec![0u8; 4096])),
         ("a few bytes", Box::new(|_, _| noise(9, 5))),
