@@ -156,12 +156,12 @@ impl DecodedBatch {
                 "bytes left over after the last record",
             ));
         }
-        if let Some(last) = records.last() {
-            if last.offset > header.last_offset() {
-                return Err(WireError::Inconsistent(
-                    "record offset past the batch's last offset",
-                ));
-            }
+        if let Some(last) = records.last()
+            && last.offset > header.last_offset()
+        {
+            return Err(WireError::Inconsistent(
+                "record offset past the batch's last offset",
+            ));
         }
         Ok(DecodedBatch { header, records })
     }

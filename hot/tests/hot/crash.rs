@@ -147,10 +147,10 @@ fn run_child_and_kill(
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
             let parts: Vec<&str> = line.split_whitespace().collect();
-            if let ["ack", base, last, seed] = parts[..] {
-                if let (Ok(b), Ok(l), Ok(s)) = (base.parse(), last.parse(), seed.parse()) {
-                    let _ = tx.send((b, l, s));
-                }
+            if let ["ack", base, last, seed] = parts[..]
+                && let (Ok(b), Ok(l), Ok(s)) = (base.parse(), last.parse(), seed.parse())
+            {
+                let _ = tx.send((b, l, s));
             }
         }
     });

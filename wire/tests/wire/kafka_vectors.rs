@@ -54,7 +54,7 @@ fn int<T: TryFrom<i64>>(v: &Value, field: &str) -> T {
 }
 
 fn hex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd hex");
+    assert!(s.len().is_multiple_of(2), "odd hex");
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))

@@ -203,7 +203,8 @@ fn log_append_time_batches_read_every_timestamp_as_the_max_timestamp() {
 fn an_empty_batch_cannot_be_encoded() {
     for codec in CODECS {
         let builder = BatchBuilder::new(codec);
-        assert!(builder.is_empty() && builder.len() == 0);
+        assert!(builder.is_empty());
+        assert_eq!(builder.len(), 0);
         assert!(matches!(builder.build(), Err(WireError::Unencodable(_))));
     }
 }
