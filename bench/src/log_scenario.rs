@@ -39,8 +39,9 @@ pub struct LogArgs {
     /// Concurrent writers; each waits for its append to commit before sending the next.
     #[arg(long, default_value_t = 1)]
     writers: usize,
-    /// Appends each writer keeps in flight (a pipelining producer); 1 waits for each commit.
-    #[arg(long, default_value_t = 4)]
+    /// Appends each writer keeps in flight, as a pipelining producer does (16 batches of
+    /// 64 KiB is 1 MiB in flight); 1 waits for each commit before the next append.
+    #[arg(long, default_value_t = 16)]
     inflight: usize,
     /// Segment size in bytes.
     #[arg(long, default_value_t = 256 * 1024 * 1024)]

@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use felix_wire::BatchHeader;
+use felix_wire::batch::{BATCH_HEADER_LEN, LOG_OVERHEAD};
 use felix_wire::batch::{stamp_base_offset, stamp_partition_leader_epoch};
+use felix_wire::{BatchHeader, WireError};
 use parking_lot::{Condvar, Mutex, RwLock};
 use tokio::sync::{Notify, broadcast, oneshot, watch};
 
@@ -27,6 +28,8 @@ use crate::writer;
 
 /// Chunk size for reads that scan forward from an index entry.
 const READ_CHUNK: usize = 1024 * 1024;
+/// The least a read prefetches beyond what it returns.
+const PREFETCH_MIN: u64 = 1024 * 1024;
 
 pub(crate) enum Request {
     Append {
@@ -159,6 +162,102 @@ pub struct RetentionOutcome {
     pub deleted_bytes: u64,
     /// The log's first offset afterwards.
     pub first_offset: u64,
+}
+
+/// How reading one segment ended.
+enum SegmentRead {
+    /// Every readable batch of the segment was taken: continue with the next segment.
+    Exhausted,
+    /// The read is complete (byte budget reached, or the visible end).
+    Full,
+}
+
+/// Appends to `out` the whole batches of `seg` from the one holding `out.next_offset`,
+/// within `max_bytes` (at least one batch) and below `out.visible_end`. Bytes are read from
+/// the file straight into the output buffer: a sequential reader costs one `pread` per
+/// call and one copy (kernel to user), not a staging buffer per chunk.
+fn read_segment_into(
+    seg: &Segment,
+    out: &mut LogRead,
+    max_bytes: usize,
+    max_batch: usize,
+    shard: &str,
+) -> Result<SegmentRead, LogError> {
+    let end = seg.size();
+    // Find the exact position of the batch holding the offset: the sparse index lands at
+    // most one index interval (plus a batch) before it, so hop over headers only; the
+    // batches kept are fully checked below.
+    let mut position = seg.index.read().position_for(out.next_offset);
+    let mut header = [0u8; BATCH_HEADER_LEN];
+    loop {
+        if position >= end {
+            return Ok(SegmentRead::Exhausted);
+        }
+        if end - position < BATCH_HEADER_LEN as u64 {
+            return Err(seg.corrupt(
+                shard,
+                position,
+                WireError::Truncated {
+                    needed: BATCH_HEADER_LEN,
+                    available: (end - position) as usize,
+                },
+            ));
+        }
+        seg.read_into(position, &mut header, shard)?;
+        let h = BatchHeader::parse(&header).map_err(|e| seg.corrupt(shard, position, e))?;
+        let total = BatchHeader::peek_total_len(&header, max_batch)
+            .map_err(|e| seg.corrupt(shard, position, e))?;
+        if h.last_offset() as u64 >= out.next_offset {
+            break;
+        }
+        position += total as u64;
+    }
+    while position < end {
+        let base = out.batches.len();
+        let room = max_bytes.saturating_sub(base);
+        if room == 0 {
+            return Ok(SegmentRead::Full);
+        }
+        let len = (room.max(LOG_OVERHEAD) as u64).min(end - position) as usize;
+        out.batches.resize(base + len, 0);
+        seg.read_into(position, &mut out.batches[base..], shard)?;
+        // A reader that asked for this much will likely ask for what follows next.
+        seg.prefetch(position + len as u64, (len as u64).max(PREFETCH_MIN) * 2);
+        let mut at = base;
+        while at < out.batches.len() {
+            match BatchHeader::validate(&out.batches[at..], max_batch) {
+                Ok((h, blen)) => {
+                    let last = h.last_offset() as u64;
+                    if last >= out.visible_end {
+                        out.batches.truncate(at);
+                        return Ok(SegmentRead::Full);
+                    }
+                    out.next_offset = last + 1;
+                    at += blen;
+                }
+                Err(WireError::Truncated { needed, .. })
+                    if position + (at - base) as u64 + needed as u64 <= end =>
+                {
+                    if at > 0 {
+                        // The budget ends inside this batch: stop before it.
+                        out.batches.truncate(at);
+                        return Ok(SegmentRead::Full);
+                    }
+                    // The first batch alone exceeds the budget: it is returned whole.
+                    let total = BatchHeader::peek_total_len(&out.batches[at..], max_batch)
+                        .map_err(|e| seg.corrupt(shard, position, e))?;
+                    out.batches.resize(total, 0);
+                    seg.read_into(position, &mut out.batches[..], shard)?;
+                }
+                Err(e) => {
+                    out.batches.truncate(at);
+                    return Err(seg.corrupt(shard, position + (at - base) as u64, e));
+                }
+            }
+        }
+        position += (at - base) as u64;
+    }
+    Ok(SegmentRead::Exhausted)
 }
 
 enum Placement {
@@ -580,44 +679,15 @@ impl ShardLog {
         let start = segs
             .partition_point(|s| s.base_offset <= from_offset)
             .saturating_sub(1);
-        let mut done = false;
+        out.batches.reserve(max_bytes.min(READ_CHUNK * 16));
         for seg in &segs[start..] {
-            if done {
-                break;
-            }
-            let position = seg.index.read().position_for(out.next_offset);
-            let chunk = READ_CHUNK.min(max_bytes.saturating_sub(out.batches.len()).max(4096));
-            let walked = seg.walk(
-                position,
-                seg.size(),
-                chunk,
-                max_batch,
-                &shared.shard,
-                |h, _, bytes| {
-                    let last = h.last_offset() as u64;
-                    if last < out.next_offset {
-                        return true; // before the requested offset
-                    }
-                    if last >= visible_end
-                        || (!out.batches.is_empty() && out.batches.len() + bytes.len() > max_bytes)
-                    {
-                        done = true;
-                        return false;
-                    }
-                    out.batches.extend_from_slice(bytes);
-                    out.next_offset = last + 1;
-                    true
-                },
-            );
-            match walked {
-                Ok(_) => {}
+            match read_segment_into(seg, &mut out, max_bytes, max_batch, &shared.shard) {
+                Ok(SegmentRead::Exhausted) => continue,
+                Ok(SegmentRead::Full) => break,
                 // Damage after the batches gathered so far: return those; the next read
                 // starts at the damaged batch and reports it with its place.
                 Err(LogError::Corrupt { .. }) if !out.batches.is_empty() => break,
                 Err(e) => return Err(e),
-            }
-            if out.batches.len() >= max_bytes {
-                break;
             }
         }
         Ok(out)

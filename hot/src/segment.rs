@@ -215,7 +215,35 @@ impl Segment {
         Ok(buf)
     }
 
-    fn corrupt(&self, shard: &str, position: u64, source: WireError) -> LogError {
+    /// Fills `buf` from `position`.
+    pub fn read_into(&self, position: u64, buf: &mut [u8], shard: &str) -> Result<(), LogError> {
+        self.file
+            .read_exact_at(buf, position)
+            .map_err(|source| io_err(shard, "read segment", &self.path, source))
+    }
+
+    /// Asks the kernel to start reading `[position, position + len)` into the page cache in
+    /// the background, so a sequential reader finds its next chunk there instead of waiting
+    /// for the device. Advisory: errors are ignored.
+    pub fn prefetch(&self, position: u64, len: u64) {
+        use std::os::fd::AsRawFd;
+        let end = self.size();
+        if position >= end || len == 0 {
+            return;
+        }
+        let len = len.min(end - position);
+        // SAFETY: plain advisory syscall on an open descriptor.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                position as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+
+    pub fn corrupt(&self, shard: &str, position: u64, source: WireError) -> LogError {
         LogError::Corrupt {
             shard: shard.to_owned(),
             segment: self.path.clone(),
