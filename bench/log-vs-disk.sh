@@ -23,7 +23,13 @@ OUT=bench/results/log-vs-disk.jsonl
 # "2147483648 bytes (2.1 GB, 2.0 GiB) copied, 6.8 s, 315 MB/s" -> bytes per second
 dd_rate() { awk '/copied/ { for (i = 1; i <= NF; i++) if ($i == "copied,") { print $1 / $(i + 1); exit } }'; }
 
+# Deleting a large file and writing another at once makes the next write slow on some
+# virtual disks (the freed blocks are still being discarded), so each step starts after a
+# sync and a short pause.
+settle() { sync; sleep "${SETTLE_SECS:-3}"; }
+
 for rep in $(seq 1 "$REPS"); do
+  settle
   echo "rep $rep/$REPS: dd write" >&2
   w=$(dd if=/dev/zero of="$DIR/dd.bin" bs=1M count="$SIZE_MIB" conv=fdatasync 2>&1 | dd_rate)
   echo "{\"scenario\":\"dd_write\",\"rep\":$rep,\"bytes_per_sec\":$w}" >>"$OUT"
@@ -31,13 +37,16 @@ for rep in $(seq 1 "$REPS"); do
   r=$(dd if="$DIR/dd.bin" of=/dev/null bs=1M iflag=direct 2>&1 | dd_rate)
   echo "{\"scenario\":\"dd_read\",\"rep\":$rep,\"bytes_per_sec\":$r}" >>"$OUT"
   rm -f "$DIR/dd.bin"
+  settle
   if command -v fio >/dev/null; then
     echo "rep $rep/$REPS: fio" >&2
     fw=$(fio --name=seqwrite --directory="$DIR" --rw=write --bs=1M --size="${SIZE_MIB}M" --direct=1 --ioengine=libaio --iodepth=8 \
       --end_fsync=1 --output-format=json | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["write"]["bw_bytes"])')
+    settle
     fr=$(fio --name=seqwrite --directory="$DIR" --rw=read --bs=1M --size="${SIZE_MIB}M" --direct=1 --ioengine=psync \
       --output-format=json | python3 -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["read"]["bw_bytes"])')
     rm -f "$DIR"/seqwrite*
+    settle
     echo "{\"scenario\":\"fio_write\",\"rep\":$rep,\"bytes_per_sec\":$fw}" >>"$OUT"
     echo "{\"scenario\":\"fio_read\",\"rep\":$rep,\"bytes_per_sec\":$fr}" >>"$OUT"
   fi
