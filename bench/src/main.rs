@@ -4,8 +4,11 @@
 //! * `log` — the shard log alone (felix-hot): durable append throughput and latency under an
 //!   fsync policy with K concurrent writers, then a sequential read of everything back from
 //!   the disk (page cache dropped for the log's files first).
+//! * `meta` — the control plane (felix-meta): committed commands per second and latency on
+//!   a 1- or 3-node Raft group on loopback.
 
 mod log_scenario;
+mod meta_scenario;
 
 use clap::{Parser, Subcommand};
 
@@ -24,11 +27,14 @@ struct Cli {
 enum Scenario {
     /// Append to and read back one shard's log on local disk (no network).
     Log(log_scenario::LogArgs),
+    /// Commit control-plane commands on a 1- or 3-node Raft group on loopback.
+    Meta(meta_scenario::MetaArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.scenario {
         Scenario::Log(args) => log_scenario::run(args),
+        Scenario::Meta(args) => meta_scenario::run(args),
     }
 }

@@ -1,5 +1,27 @@
-//! felix-meta: the control plane.
+//! felix-meta: Felix's control plane, an openraft group.
 //!
-//! Not built yet. This crate will hold the openraft state machine of tenants, namespaces,
-//! streams, brokers, shard placement, generations, leases and the segment manifest. See
-//! `docs/architecture.md`.
+//! The replicated state ([`model::MetaState`]) holds tenants, namespaces, streams and their
+//! versioned settings, brokers, shard placement and generations, the segment manifest of
+//! every shard, producer-id allocation and finalized features. Commands are validated in the
+//! state machine ([`model::MetaState::apply`]).
+//!
+//! * [`log_store`] — the Raft log, vote and purge marker in files under the data directory.
+//! * [`state_machine`] — applies commands, builds and installs snapshots.
+//! * [`network`] — Raft RPCs and forwarded proposals over HTTP on the internal address.
+//! * [`node`] — starting a node: storage, network, membership bootstrap, wiped-volume guard.
+//! * [`handle`] — [`MetaHandle`], the API the rest of Felix uses: propose (batched),
+//!   linearizable reads, a watch of the registry, membership changes, leases.
+
+pub mod handle;
+pub mod lease;
+pub mod log_store;
+pub mod model;
+pub mod network;
+pub mod node;
+pub mod state_machine;
+pub mod types;
+
+pub use handle::{MetaError, MetaHandle};
+pub use model::{Applied, Command, CommandError, MetaState};
+pub use node::{MetaConfig, MetaNode};
+pub use types::{NodeId, TypeConfig};

@@ -1,0 +1,381 @@
+//! [`MetaHandle`]: how the rest of Felix talks to the control plane.
+//!
+//! * `propose` sends a command and waits until it is applied, from any node: a follower
+//!   forwards to the Raft leader. Commands that queue up while Raft writes are in flight go
+//!   into one log entry ([`Command::Batch`]), so many small updates (manifest entries,
+//!   replication reports) cost one Raft round trip together, not one each.
+//! * `read` is linearizable: the leader confirms its leadership with a quorum round; a
+//!   follower asks the leader for that read index and waits until it has applied it.
+//! * `registry` is a watch of the local registry, for the data path, which never waits on
+//!   Raft.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use openraft::error::{ClientWriteError, RaftError};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tracing::debug;
+
+use crate::lease::{LeaseError, LeaseTable};
+use crate::model::{Applied, Command, CommandError, MetaState};
+use crate::network::{ForwardError, HttpNetworkFactory};
+use crate::state_machine::{Registry, StateMachineStore};
+use crate::types::{CommandResult, NodeId, Raft};
+
+/// Proposals waiting longer than this fail with [`MetaError::Timeout`].
+const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
+/// Raft writes the proposer keeps in flight; further proposals queue and are batched.
+const WRITES_IN_FLIGHT: usize = 4;
+/// Most commands per batch entry.
+const MAX_BATCH: usize = 512;
+
+/// Why a control-plane call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MetaError {
+    /// The state machine refused the command (it was applied as a no-op).
+    #[error(transparent)]
+    Rejected(#[from] CommandError),
+    /// No leader could be reached before the deadline; the command was not applied.
+    #[error("no metadata leader reachable within {0:?}")]
+    Timeout(Duration),
+    /// The command may or may not have been applied (the leader was lost mid-request).
+    #[error("outcome unknown: {0}")]
+    Indeterminate(String),
+    /// The operation needs the leader and this node is not it.
+    #[error("not the metadata leader (leader: {leader:?})")]
+    NotLeader { leader: Option<NodeId> },
+    /// The node is shutting down or Raft failed.
+    #[error("metadata node stopped: {0}")]
+    Stopped(String),
+}
+
+struct Proposal {
+    cmd: Command,
+    reply: oneshot::Sender<Result<Applied, MetaError>>,
+}
+
+pub(crate) struct HandleInner {
+    pub node_id: NodeId,
+    pub raft: Raft,
+    pub sm: StateMachineStore,
+    pub peers: HttpNetworkFactory,
+    pub leases: LeaseTable,
+    proposals: mpsc::Sender<Proposal>,
+}
+
+/// The control plane, as seen from one node. Cheap to clone.
+#[derive(Clone)]
+pub struct MetaHandle {
+    pub(crate) inner: Arc<HandleInner>,
+}
+
+impl MetaHandle {
+    pub(crate) fn new(
+        node_id: NodeId,
+        raft: Raft,
+        sm: StateMachineStore,
+        peers: HttpNetworkFactory,
+        lease_duration: Duration,
+    ) -> MetaHandle {
+        let (tx, rx) = mpsc::channel(16 * 1024);
+        let inner = Arc::new(HandleInner {
+            node_id,
+            raft,
+            sm,
+            peers,
+            leases: LeaseTable::new(lease_duration),
+            proposals: tx,
+        });
+        tokio::spawn(run_proposer(inner.clone(), rx));
+        tokio::spawn(track_leadership(inner.clone()));
+        MetaHandle { inner }
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.inner.node_id
+    }
+
+    /// The Raft instance (for membership administration and metrics).
+    pub fn raft(&self) -> &Raft {
+        &self.inner.raft
+    }
+
+    /// Proposes a command and waits until it is applied; returns its answer. Works on any
+    /// node: a follower forwards to the leader.
+    pub async fn propose(&self, cmd: Command) -> Result<Applied, MetaError> {
+        let (reply, rx) = oneshot::channel();
+        self.inner
+            .proposals
+            .send(Proposal { cmd, reply })
+            .await
+            .map_err(|_| MetaError::Stopped("proposer stopped".into()))?;
+        rx.await
+            .map_err(|_| MetaError::Stopped("proposer stopped".into()))?
+    }
+
+    /// Runs `f` on the state after a linearizable read barrier: every command acknowledged
+    /// before this call is visible.
+    pub async fn read<T>(&self, f: impl FnOnce(&MetaState) -> T) -> Result<T, MetaError> {
+        let deadline = Instant::now() + PROPOSE_DEADLINE;
+        loop {
+            match self.read_index().await {
+                Ok(index) => {
+                    self.wait_applied(index, deadline).await?;
+                    return Ok(self.inner.sm.read(f));
+                }
+                Err(ForwardError::NotLeader {
+                    leader: Some((_, addr)),
+                }) => match self.inner.peers.read_index(&addr).await {
+                    Ok(index) => {
+                        self.wait_applied(index, deadline).await?;
+                        return Ok(self.inner.sm.read(f));
+                    }
+                    Err(e) => debug!(error = %e, "read index from leader failed; retrying"),
+                },
+                Err(e) => debug!(error = %e, "read index unavailable; retrying"),
+            }
+            if Instant::now() >= deadline {
+                return Err(MetaError::Timeout(PROPOSE_DEADLINE));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// On the leader: confirms leadership with a quorum and returns the index a linearizable
+    /// read must wait for.
+    pub(crate) async fn read_index(&self) -> Result<u64, ForwardError> {
+        match self.inner.raft.ensure_linearizable().await {
+            Ok(log_id) => Ok(log_id.map_or(0, |l| l.index)),
+            Err(RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(ForwardError::NotLeader {
+                    leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)),
+                })
+            }
+            Err(e) => Err(ForwardError::Remote {
+                status: 503,
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    async fn wait_applied(&self, index: u64, deadline: Instant) -> Result<(), MetaError> {
+        let mut rx = self.inner.sm.watch_applied();
+        let wait = rx.wait_for(|applied| *applied >= index);
+        match tokio::time::timeout_at(deadline.into(), wait).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(_)) => Err(MetaError::Stopped("state machine closed".into())),
+            Err(_) => Err(MetaError::Timeout(PROPOSE_DEADLINE)),
+        }
+    }
+
+    /// Reads the local applied state without a barrier (may be slightly behind the leader).
+    pub fn local<T>(&self, f: impl FnOnce(&MetaState) -> T) -> T {
+        self.inner.sm.read(f)
+    }
+
+    /// A watch of the local registry (tenants, namespaces, streams, brokers, placement),
+    /// updated after every apply that changes it.
+    pub fn registry(&self) -> watch::Receiver<Arc<Registry>> {
+        self.inner.sm.watch_registry()
+    }
+
+    /// A watch of the local applied log index.
+    pub fn applied(&self) -> watch::Receiver<u64> {
+        self.inner.sm.watch_applied()
+    }
+
+    /// The current Raft leader, as this node knows it.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.inner.raft.metrics().borrow().current_leader
+    }
+
+    /// Whether this node is the Raft leader.
+    pub fn is_leader(&self) -> bool {
+        self.leader() == Some(self.inner.node_id)
+    }
+
+    /// Ready to serve: a leader is known and the local state machine has applied every
+    /// entry this node's log holds (so the registry reflects what the leader had sent).
+    pub fn is_ready(&self) -> bool {
+        let m = self.inner.raft.metrics().borrow().clone();
+        m.current_leader.is_some() && m.last_applied.map(|l| l.index) >= m.last_log_index
+    }
+
+    /// Waits up to `timeout` for [`MetaHandle::is_ready`].
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.is_ready() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.is_ready()
+    }
+
+    /// Renews a broker's shard-leader lease; only the metadata leader grants them.
+    pub fn renew_lease(&self, broker: NodeId) -> Result<Duration, LeaseError> {
+        self.inner.leases.renew(broker, Instant::now())
+    }
+
+    /// The lease table (leader side).
+    pub fn leases(&self) -> &LeaseTable {
+        &self.inner.leases
+    }
+
+    /// Adds a node as a learner and waits until it has caught up. Leader only.
+    pub async fn add_learner(&self, id: NodeId, addr: String) -> Result<(), MetaError> {
+        self.inner
+            .raft
+            .add_learner(id, openraft::BasicNode { addr }, true)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.membership_error(e))
+    }
+
+    /// Makes `voters` the voting members (learners among them are promoted; voters not
+    /// listed are removed from voting and stay learners unless `remove_others`). Leader only.
+    pub async fn change_voters(
+        &self,
+        voters: std::collections::BTreeSet<NodeId>,
+        retain: bool,
+    ) -> Result<(), MetaError> {
+        self.inner
+            .raft
+            .change_membership(voters, retain)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.membership_error(e))
+    }
+
+    fn membership_error(
+        &self,
+        e: RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>,
+    ) -> MetaError {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => MetaError::NotLeader {
+                leader: f.leader_id,
+            },
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
+                MetaError::Rejected(CommandError::Invalid(c.to_string()))
+            }
+            RaftError::Fatal(f) => MetaError::Stopped(f.to_string()),
+        }
+    }
+}
+
+/// Keeps the lease table's idea of leadership in step with Raft.
+async fn track_leadership(inner: Arc<HandleInner>) {
+    let mut metrics = inner.raft.metrics();
+    loop {
+        let is_leader = metrics.borrow().current_leader == Some(inner.node_id);
+        inner.leases.set_leader(is_leader, Instant::now());
+        if metrics.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Takes proposals off the queue and writes them, batching whatever queued up while
+/// earlier writes were in flight.
+async fn run_proposer(inner: Arc<HandleInner>, mut rx: mpsc::Receiver<Proposal>) {
+    let slots = Arc::new(Semaphore::new(WRITES_IN_FLIGHT));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Some(first) = rx.recv().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            write_batch(&inner, batch).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn write_batch(inner: &HandleInner, batch: Vec<Proposal>) {
+    let (cmd, replies): (Command, Vec<_>) = if batch.len() == 1 {
+        let p = batch.into_iter().next().expect("one proposal");
+        (p.cmd, vec![p.reply])
+    } else {
+        let (cmds, replies) = batch.into_iter().map(|p| (p.cmd, p.reply)).unzip();
+        (Command::Batch { commands: cmds }, replies)
+    };
+    let batched = replies.len() > 1;
+    let result = write_with_retry(inner, cmd).await;
+    match result {
+        Ok(Ok(Applied::Batch { results })) if batched && results.len() == replies.len() => {
+            for (reply, r) in replies.into_iter().zip(results) {
+                let _ = reply.send(r.map_err(MetaError::Rejected));
+            }
+        }
+        Ok(r) => {
+            let r = r.map_err(MetaError::Rejected);
+            for reply in replies {
+                let _ = reply.send(r.clone());
+            }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Writes locally if leader, else forwards to the leader; retries while the command is
+/// known not to have been accepted (no leader yet, or the node we asked was not leader).
+async fn write_with_retry(inner: &HandleInner, cmd: Command) -> Result<CommandResult, MetaError> {
+    let deadline = Instant::now() + PROPOSE_DEADLINE;
+    // A forwarded proposal waits for the leader's commit, which can outlast one RPC timeout.
+    let forwarder = inner.peers.client().with_timeout(PROPOSE_DEADLINE);
+    loop {
+        let leader = {
+            let m = inner.raft.metrics().borrow().clone();
+            m.current_leader.map(|id| {
+                let addr = m
+                    .membership_config
+                    .membership()
+                    .get_node(&id)
+                    .map(|n| n.addr.clone());
+                (id, addr)
+            })
+        };
+        match leader {
+            Some((id, _)) if id == inner.node_id => {
+                match inner.raft.client_write(cmd.clone()).await {
+                    Ok(resp) => return Ok(resp.data),
+                    Err(RaftError::APIError(ClientWriteError::ForwardToLeader(_))) => {}
+                    Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                        return Err(MetaError::Rejected(CommandError::Invalid(e.to_string())));
+                    }
+                    Err(RaftError::Fatal(f)) => return Err(MetaError::Stopped(f.to_string())),
+                }
+            }
+            Some((_, Some(addr))) => match forwarder.forward_propose(&addr, &cmd).await {
+                Ok(r) => return Ok(r),
+                // Refused before anything was written: safe to retry.
+                Err(ForwardError::NotLeader { .. }) => {}
+                Err(ForwardError::Unreachable(e)) => {
+                    debug!(error = %e, "leader unreachable; waiting for a new one");
+                }
+                Err(e) => return Err(MetaError::Indeterminate(e.to_string())),
+            },
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(MetaError::Timeout(PROPOSE_DEADLINE));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,465 @@
+//! Starting a control-plane node: storage, Raft, the internal HTTP server, and how a node
+//! joins its group.
+//!
+//! Membership bootstrap decides who may `initialize` a group, so that it happens once:
+//! * a node with a `cluster-id` marker in its data dir (or any Raft state) never
+//!   initializes: it resumes from disk;
+//! * a single node (no `--cluster`, or a cluster of one) initializes itself;
+//! * in a cluster, only the lowest node id initializes, and only after every other member
+//!   has answered that it holds no state — so a member restarting with a wiped volume can
+//!   never start a second group beside the first.
+//!
+//! The wiped-volume guard: a node that finds no state while its peers have one is a member
+//! that lost its disk. It must not help elect a leader that misses acknowledged writes, and
+//! openraft 0.9 has no switch for that, so the node refuses vote requests (HTTP 503) and does
+//! not stand for election until it has caught up with what the leader had committed when
+//! the node started; then it writes the marker and votes normally.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use openraft::BasicNode;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::handle::{MetaError, MetaHandle};
+use crate::log_store::LogStore;
+use crate::model::Command;
+use crate::network::{ForwardError, HttpNetworkFactory, MetaService, NodeStatus};
+use crate::state_machine::StateMachineStore;
+use crate::types::{CommandResult, NodeId, Raft};
+
+const MARKER_FILE: &str = "cluster-id";
+
+/// How to run a control-plane node.
+#[derive(Debug, Clone)]
+pub struct MetaConfig {
+    /// This node's id (the broker id).
+    pub node_id: NodeId,
+    /// The metadata lives in `<data_dir>/meta`.
+    pub data_dir: PathBuf,
+    /// Where the internal HTTP server listens (Raft RPCs, forwarded proposals).
+    pub listen: SocketAddr,
+    /// The address other nodes reach this one at; defaults to `listen`.
+    pub advertise: Option<String>,
+    /// Every member's internal address by node id, this node included. Empty: a
+    /// one-member group (the embedded default).
+    pub cluster: BTreeMap<NodeId, String>,
+    /// Take a snapshot (and purge the log before it) after this many applied entries.
+    pub snapshot_after_logs: u64,
+    pub heartbeat: Duration,
+    pub election_timeout: (Duration, Duration),
+    /// Shard-leader lease duration.
+    pub lease: Duration,
+    /// Timeout of one RPC to a peer.
+    pub rpc_timeout: Duration,
+}
+
+impl MetaConfig {
+    /// A single-node configuration with the defaults.
+    pub fn single(node_id: NodeId, data_dir: impl Into<PathBuf>, listen: SocketAddr) -> MetaConfig {
+        MetaConfig {
+            node_id,
+            data_dir: data_dir.into(),
+            listen,
+            advertise: None,
+            cluster: BTreeMap::new(),
+            snapshot_after_logs: 5000,
+            heartbeat: Duration::from_millis(100),
+            election_timeout: (Duration::from_millis(500), Duration::from_millis(1000)),
+            lease: Duration::from_secs(10),
+            rpc_timeout: Duration::from_secs(2),
+        }
+    }
+
+    fn members(&self, advertised: &str) -> BTreeMap<NodeId, BasicNode> {
+        if self.cluster.is_empty() {
+            return BTreeMap::from([(
+                self.node_id,
+                BasicNode {
+                    addr: advertised.to_owned(),
+                },
+            )]);
+        }
+        self.cluster
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode { addr: addr.clone() }))
+            .collect()
+    }
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("metadata storage in {path}: {source}")]
+    Storage {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("raft: {0}")]
+    Raft(String),
+}
+
+/// A running control-plane node.
+pub struct MetaNode {
+    handle: MetaHandle,
+    accepting_votes: Arc<AtomicBool>,
+    shutdown: watch::Sender<bool>,
+    server: tokio::task::JoinHandle<()>,
+    local_addr: SocketAddr,
+}
+
+struct Service {
+    handle: MetaHandle,
+    accepting_votes: Arc<AtomicBool>,
+    has_state: Arc<AtomicBool>,
+}
+
+impl MetaService for Service {
+    fn raft(&self) -> &Raft {
+        self.handle.raft()
+    }
+    fn accepting_votes(&self) -> bool {
+        self.accepting_votes.load(Ordering::Acquire)
+    }
+    /// Serves `/meta/propose` from clients and from followers forwarding: the command goes
+    /// through this node's handle, so it is batched here and forwarded again if this node is
+    /// no longer the leader.
+    fn propose(&self, cmd: Command) -> BoxFuture<'_, Result<CommandResult, ForwardError>> {
+        Box::pin(async move {
+            match self.handle.propose(cmd).await {
+                Ok(applied) => Ok(Ok(applied)),
+                Err(MetaError::Rejected(e)) => Ok(Err(e)),
+                Err(MetaError::NotLeader { .. }) => Err(ForwardError::NotLeader { leader: None }),
+                Err(MetaError::Timeout(_)) => Err(ForwardError::Timeout),
+                Err(MetaError::Indeterminate(m)) => Err(ForwardError::Interrupted(m)),
+                Err(MetaError::Stopped(m)) => Err(ForwardError::Remote {
+                    status: 503,
+                    message: m,
+                }),
+            }
+        })
+    }
+    fn read_index(&self) -> BoxFuture<'_, Result<u64, ForwardError>> {
+        Box::pin(self.handle.read_index())
+    }
+    fn status(&self) -> BoxFuture<'_, NodeStatus> {
+        Box::pin(async move {
+            let m = self.handle.raft().metrics().borrow().clone();
+            NodeStatus {
+                node_id: self.handle.node_id(),
+                leader: m.current_leader,
+                term: m.current_term,
+                last_applied: m.last_applied.map(|l| l.index),
+                committed: m.last_applied.map(|l| l.index),
+                has_state: self.has_state.load(Ordering::Acquire),
+                accepting_votes: self.accepting_votes(),
+                members: m
+                    .membership_config
+                    .membership()
+                    .nodes()
+                    .map(|(id, n)| (*id, n.addr.clone()))
+                    .collect(),
+                last_log_index: m.last_log_index,
+                snapshot: m.snapshot.map(|l| l.index),
+                purged: m.purged.map(|l| l.index),
+            }
+        })
+    }
+    fn dump(&self) -> BoxFuture<'_, serde_json::Value> {
+        Box::pin(async move {
+            self.handle
+                .local(|s| serde_json::to_value(s).unwrap_or(serde_json::Value::Null))
+        })
+    }
+    fn healthz(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async move { self.handle.is_ready() && self.accepting_votes() })
+    }
+}
+
+fn storage_err(path: &Path) -> impl FnOnce(std::io::Error) -> StartError + '_ {
+    move |source| StartError::Storage {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+impl MetaNode {
+    /// Starts the node: opens storage, starts Raft and the internal server, and joins or
+    /// forms the group (see the module docs). Returns once the node runs; use
+    /// [`MetaHandle::wait_ready`] to wait for a leader.
+    pub async fn start(config: MetaConfig) -> Result<MetaNode, StartError> {
+        if !config.cluster.is_empty() && !config.cluster.contains_key(&config.node_id) {
+            return Err(StartError::Config(format!(
+                "--cluster does not list this node's id {}",
+                config.node_id
+            )));
+        }
+        let dir = config.data_dir.join("meta");
+        std::fs::create_dir_all(&dir).map_err(storage_err(&dir))?;
+        let log_store = LogStore::open(&dir).map_err(storage_err(&dir))?;
+        let sm = StateMachineStore::open(&dir).map_err(storage_err(&dir))?;
+        let marker = dir.join(MARKER_FILE);
+        let had_marker = marker.exists();
+        let has_state = had_marker || log_store.has_state();
+
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        let advertised = config
+            .advertise
+            .clone()
+            .unwrap_or_else(|| local_addr.to_string());
+
+        let raft_config = openraft::Config {
+            cluster_name: "felix-meta".into(),
+            heartbeat_interval: config.heartbeat.as_millis() as u64,
+            election_timeout_min: config.election_timeout.0.as_millis() as u64,
+            election_timeout_max: config.election_timeout.1.as_millis() as u64,
+            install_snapshot_timeout: config.rpc_timeout.as_millis().max(1000) as u64 * 5,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_after_logs),
+            max_in_snapshot_log_to_keep: (config.snapshot_after_logs / 10).max(1),
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| StartError::Config(e.to_string()))?;
+        let peers = HttpNetworkFactory::new(config.rpc_timeout).with_local_id(config.node_id);
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config),
+            peers.clone(),
+            log_store,
+            sm.clone(),
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+        let handle = MetaHandle::new(
+            config.node_id,
+            raft.clone(),
+            sm,
+            peers.clone(),
+            config.lease,
+        );
+
+        let accepting_votes = Arc::new(AtomicBool::new(true));
+        let has_state_flag = Arc::new(AtomicBool::new(has_state));
+        let service = Arc::new(Service {
+            handle: handle.clone(),
+            accepting_votes: accepting_votes.clone(),
+            has_state: has_state_flag.clone(),
+        });
+        let (shutdown, mut shutdown_rx) = watch::channel(false);
+        let router = crate::network::raft_router(service);
+        let server = tokio::spawn(async move {
+            crate::network::serve(listener, router, async move {
+                let _ = shutdown_rx.wait_for(|s| *s).await;
+            })
+            .await;
+        });
+
+        let node = MetaNode {
+            handle,
+            accepting_votes,
+            shutdown,
+            server,
+            local_addr,
+        };
+        if has_state {
+            if !had_marker {
+                write_marker(&marker, config.node_id).map_err(storage_err(&dir))?;
+            }
+            info!(
+                node = config.node_id,
+                "resuming metadata from {}",
+                dir.display()
+            );
+        } else {
+            node.bootstrap(&config, &advertised, &marker, has_state_flag)
+                .await?;
+        }
+        Ok(node)
+    }
+
+    async fn bootstrap(
+        &self,
+        config: &MetaConfig,
+        advertised: &str,
+        marker: &Path,
+        has_state: Arc<AtomicBool>,
+    ) -> Result<(), StartError> {
+        let members = config.members(advertised);
+        let raft = self.handle.raft().clone();
+        if members.len() == 1 {
+            raft.initialize(members)
+                .await
+                .map_err(|e| StartError::Raft(e.to_string()))?;
+            write_marker(marker, config.node_id).map_err(storage_err(marker))?;
+            has_state.store(true, Ordering::Release);
+            info!(
+                node = config.node_id,
+                "initialized a one-member metadata group"
+            );
+            return Ok(());
+        }
+        // Until this node knows whether the group exists, it neither votes nor stands.
+        self.accepting_votes.store(false, Ordering::Release);
+        raft.runtime_config().elect(false);
+        let peers = HttpNetworkFactory::new(config.rpc_timeout);
+        let node_id = config.node_id;
+        let lowest = *config.cluster.keys().next().expect("cluster is not empty");
+        let others: Vec<(NodeId, String)> = config
+            .cluster
+            .iter()
+            .filter(|(id, _)| **id != node_id)
+            .map(|(id, a)| (*id, a.clone()))
+            .collect();
+        let accepting = self.accepting_votes.clone();
+        let marker = marker.to_path_buf();
+        let handle = self.handle.clone();
+        tokio::spawn(async move {
+            loop {
+                // Ask every peer whether it holds the group.
+                let mut answers = Vec::new();
+                for (id, addr) in &others {
+                    answers.push((*id, peers.status(addr).await.ok()));
+                }
+                // A peer whose log goes past the initial membership entry belongs to a
+                // group that may have committed something: this node is a member that lost
+                // (or never had) its state and must catch up before it votes.
+                let group_exists = answers
+                    .iter()
+                    .filter_map(|(_, s)| s.as_ref())
+                    .filter(|s| s.has_state)
+                    .any(|s| {
+                        s.last_log_index
+                            .max(s.last_applied)
+                            .max(s.snapshot)
+                            .unwrap_or(0)
+                            > 0
+                    });
+                if group_exists {
+                    warn!(
+                        node = node_id,
+                        "no local metadata but the group exists: catching up before voting"
+                    );
+                    catch_up(&handle, &peers, &others).await;
+                    break;
+                }
+                // A peer holds state but nothing is committed yet: the group is being formed
+                // right now, and there is nothing a vote could lose.
+                if answers
+                    .iter()
+                    .any(|(_, s)| s.as_ref().is_some_and(|s| s.has_state))
+                {
+                    break;
+                }
+                let all_answered_empty = answers
+                    .iter()
+                    .all(|(_, s)| s.as_ref().is_some_and(|s| !s.has_state));
+                if node_id == lowest && all_answered_empty {
+                    match raft.initialize(members.clone()).await {
+                        Ok(()) => info!(node = node_id, "initialized the metadata group"),
+                        Err(e) => warn!(node = node_id, error = %e, "initialize refused"),
+                    }
+                    break;
+                }
+                if handle.applied().borrow().to_owned() > 0 {
+                    break; // another node initialized and replicated to us
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            if let Err(e) = write_marker(&marker, node_id) {
+                warn!(node = node_id, error = %e, "could not write the cluster marker");
+            }
+            has_state.store(true, Ordering::Release);
+            accepting.store(true, Ordering::Release);
+            raft.runtime_config().elect(true);
+            info!(node = node_id, "metadata member is voting");
+        });
+        Ok(())
+    }
+
+    /// The handle for the rest of Felix.
+    pub fn handle(&self) -> &MetaHandle {
+        &self.handle
+    }
+
+    /// The internal address the node listens on (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Whether the node votes (false while a wiped member catches up).
+    pub fn accepting_votes(&self) -> bool {
+        self.accepting_votes.load(Ordering::Acquire)
+    }
+
+    /// Stops Raft and the server.
+    pub async fn shutdown(self) {
+        let _ = self.handle.raft().shutdown().await;
+        let _ = self.shutdown.send(true);
+        let _ = self.server.await;
+    }
+}
+
+/// Waits until this node has applied everything the current leader had applied when
+/// asked. Polls the peers: a leader is needed for this node to receive anything at all.
+async fn catch_up(handle: &MetaHandle, peers: &HttpNetworkFactory, others: &[(NodeId, String)]) {
+    loop {
+        let mut leader_applied = None;
+        for (id, addr) in others {
+            if let Ok(s) = peers.status(addr).await
+                && s.leader == Some(*id)
+            {
+                leader_applied = s.last_applied;
+            }
+        }
+        let own = *handle.applied().borrow();
+        if let Some(target) = leader_applied
+            && own >= target
+        {
+            info!(
+                node = handle.node_id(),
+                applied = own,
+                "caught up with the metadata leader"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn write_marker(path: &Path, node_id: NodeId) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    writeln!(
+        f,
+        "felix metadata member {node_id}; this directory belongs to an initialized group"
+    )?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}

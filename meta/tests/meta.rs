@@ -1,0 +1,6 @@
+//! felix-meta's integration tests, one binary; each area is a module under `tests/meta/`.
+
+mod meta {
+    mod cluster;
+    mod storage;
+}
