@@ -249,6 +249,20 @@ impl MetaHandle {
             .map_err(|e| self.membership_error(e))
     }
 
+    /// Removes a learner from the group, keeping `voters` as they are. Leader only.
+    pub async fn remove_learner(&self, id: NodeId) -> Result<(), MetaError> {
+        use openraft::ChangeMembers;
+        self.inner
+            .raft
+            .change_membership(
+                ChangeMembers::RemoveNodes(std::collections::BTreeSet::from([id])),
+                false,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| self.membership_error(e))
+    }
+
     fn membership_error(
         &self,
         e: RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>,

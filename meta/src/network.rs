@@ -363,6 +363,25 @@ impl PeerClient {
         Ok(b.index)
     }
 
+    /// Changes the group's membership through the node at `addr` (the leader):
+    /// `POST /meta/membership`. Waits until the change is committed (adding a learner also
+    /// waits until it has caught up), so it uses a long timeout.
+    pub async fn change_membership(
+        &self,
+        addr: &str,
+        change: &MembershipChange,
+    ) -> Result<(), ForwardError> {
+        let body = serde_json::to_vec(change).map_err(|e| ForwardError::Remote {
+            status: 400,
+            message: format!("cannot encode membership change: {e}"),
+        })?;
+        let slow = self.with_timeout(self.timeout.max(Duration::from_secs(60)));
+        let _: serde_json::Value = slow
+            .forward(Method::POST, addr, "/meta/membership", Some(body))
+            .await?;
+        Ok(())
+    }
+
     /// The status of the node at `addr`: `GET /meta/status`.
     pub async fn status(&self, addr: &str) -> Result<NodeStatus, ForwardError> {
         self.forward(Method::GET, addr, "/meta/status", None).await
@@ -713,6 +732,36 @@ pub trait MetaService: Send + Sync + 'static {
 
     /// Whether the node is ready (`/healthz` answers 200 `ok`, else 503 `not ready`).
     fn healthz(&self) -> BoxFuture<'_, bool>;
+
+    /// Applies a membership change (leader only; `Err(NotLeader)` elsewhere).
+    fn change_membership(
+        &self,
+        change: MembershipChange,
+    ) -> BoxFuture<'_, Result<(), ForwardError>> {
+        let _ = change;
+        Box::pin(async {
+            Err(ForwardError::Remote {
+                status: 501,
+                message: "membership changes are not served here".into(),
+            })
+        })
+    }
+}
+
+/// A change of the group's membership, as `POST /meta/membership` takes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MembershipChange {
+    /// Add a node as a non-voting learner and wait until it has caught up.
+    AddLearner { id: NodeId, addr: String },
+    /// Make exactly these nodes the voters (learners listed are promoted; voters not listed
+    /// are demoted to learners).
+    SetVoters {
+        voters: std::collections::BTreeSet<NodeId>,
+    },
+    /// Remove a node from the group entirely (it must not be a voter: demote it first, or
+    /// use `SetVoters` without it).
+    Remove { id: NodeId },
 }
 
 type Svc = Arc<dyn MetaService>;
@@ -727,6 +776,7 @@ pub fn raft_router(service: Arc<dyn MetaService>) -> Router {
         .route("/raft/vote", post(raft_vote).layer(limit()))
         .route("/meta/propose", post(meta_propose).layer(limit()))
         .route("/meta/read_index", post(meta_read_index).layer(limit()))
+        .route("/meta/membership", post(meta_membership).layer(limit()))
         .route("/meta/status", get(meta_status))
         .route("/meta/dump", get(meta_dump))
         .route("/healthz", get(healthz))
@@ -774,6 +824,13 @@ async fn meta_propose(State(svc): State<Svc>, Json(cmd): Json<Command>) -> Respo
 async fn meta_read_index(State(svc): State<Svc>) -> Response {
     match svc.read_index().await {
         Ok(index) => Json(ReadIndexBody { index }).into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn meta_membership(State(svc): State<Svc>, Json(change): Json<MembershipChange>) -> Response {
+    match svc.change_membership(change).await {
+        Ok(()) => Json(serde_json::json!({"ok": true})).into_response(),
         Err(e) => error_response(&e),
     }
 }

@@ -30,7 +30,7 @@ use tracing::{info, warn};
 use crate::handle::{MetaError, MetaHandle};
 use crate::log_store::LogStore;
 use crate::model::Command;
-use crate::network::{ForwardError, HttpNetworkFactory, MetaService, NodeStatus};
+use crate::network::{ForwardError, HttpNetworkFactory, MembershipChange, MetaService, NodeStatus};
 use crate::state_machine::StateMachineStore;
 use crate::types::{CommandResult, NodeId, Raft};
 
@@ -182,6 +182,60 @@ impl MetaService for Service {
         Box::pin(async move {
             self.handle
                 .local(|s| serde_json::to_value(s).unwrap_or(serde_json::Value::Null))
+        })
+    }
+    fn change_membership(
+        &self,
+        change: MembershipChange,
+    ) -> BoxFuture<'_, Result<(), ForwardError>> {
+        Box::pin(async move {
+            let result = match change {
+                MembershipChange::AddLearner { id, addr } => {
+                    self.handle.add_learner(id, addr).await
+                }
+                MembershipChange::SetVoters { voters } => {
+                    self.handle.change_voters(voters, true).await
+                }
+                MembershipChange::Remove { id } => {
+                    let m = self
+                        .handle
+                        .raft()
+                        .metrics()
+                        .borrow()
+                        .membership_config
+                        .clone();
+                    if m.membership().voter_ids().any(|v| v == id) {
+                        Err(MetaError::Rejected(crate::model::CommandError::Invalid(
+                            format!("node {id} is a voter: demote it with set_voters first"),
+                        )))
+                    } else {
+                        self.handle.remove_learner(id).await
+                    }
+                }
+            };
+            match result {
+                Ok(()) => Ok(()),
+                Err(MetaError::NotLeader { leader }) => Err(ForwardError::NotLeader {
+                    leader: leader.and_then(|id| {
+                        let m = self
+                            .handle
+                            .raft()
+                            .metrics()
+                            .borrow()
+                            .membership_config
+                            .clone();
+                        m.membership().get_node(&id).map(|n| (id, n.addr.clone()))
+                    }),
+                }),
+                Err(MetaError::Rejected(e)) => Err(ForwardError::Remote {
+                    status: 409,
+                    message: e.to_string(),
+                }),
+                Err(e) => Err(ForwardError::Remote {
+                    status: 503,
+                    message: e.to_string(),
+                }),
+            }
         })
     }
     fn healthz(&self) -> BoxFuture<'_, bool> {

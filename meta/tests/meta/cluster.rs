@@ -33,11 +33,18 @@ struct Cluster {
     children: Mutex<BTreeMap<u64, Child>>,
     snapshot_logs: u64,
     client: HttpNetworkFactory,
+    /// Nodes named in `--cluster` for processes spawned from now on.
+    cluster_ids: Mutex<BTreeSet<u64>>,
 }
 
 impl Cluster {
     fn start(n: u64, snapshot_logs: u64) -> Cluster {
-        let addrs = (1..=n)
+        Cluster::start_of(n, n, snapshot_logs)
+    }
+
+    /// Reserves addresses for `reserve` nodes and starts the first `n` as a group of `n`.
+    fn start_of(n: u64, reserve: u64, snapshot_logs: u64) -> Cluster {
+        let addrs = (1..=reserve)
             .map(|id| (id, format!("127.0.0.1:{}", free_port())))
             .collect();
         let c = Cluster {
@@ -46,6 +53,7 @@ impl Cluster {
             children: Mutex::new(BTreeMap::new()),
             snapshot_logs,
             client: HttpNetworkFactory::new(Duration::from_secs(3)),
+            cluster_ids: Mutex::new((1..=n).collect()),
         };
         for id in 1..=n {
             c.spawn(id);
@@ -58,9 +66,11 @@ impl Cluster {
     }
 
     fn spawn(&self, id: u64) {
+        let ids = self.cluster_ids.lock().clone();
         let cluster = self
             .addrs
             .iter()
+            .filter(|(id, _)| ids.contains(id))
             .map(|(id, a)| format!("{id}={a}"))
             .collect::<Vec<_>>()
             .join(",");
@@ -554,4 +564,66 @@ async fn concurrent_creators_of_one_stream_see_exactly_one_success() {
         }
         assert_eq!((wins, exists), (1, 8), "exactly one creator of {name} wins");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_joins_as_a_learner_is_promoted_and_another_is_removed() {
+    use felix_meta::network::MembershipChange;
+    let c = Cluster::start_of(3, 4, 5000);
+    let leader = c.leader(Duration::from_secs(30)).await;
+    c.propose_ok(&tenant("acme")).await.expect("tenant");
+    // Node 4 starts knowing the 4-member list; it is not a member yet.
+    c.cluster_ids.lock().insert(4);
+    c.spawn(4);
+    let change = |m: MembershipChange| {
+        let c = &c;
+        async move {
+            c.client
+                .client()
+                .change_membership(&c.addrs[&leader], &m)
+                .await
+        }
+    };
+    change(MembershipChange::AddLearner {
+        id: 4,
+        addr: c.addrs[&4].clone(),
+    })
+    .await
+    .expect("node 4 added as a learner and caught up");
+    change(MembershipChange::SetVoters {
+        voters: BTreeSet::from([1, 2, 3, 4]),
+    })
+    .await
+    .expect("node 4 promoted");
+    let status = c.status(leader).await.expect("leader status");
+    assert_eq!(status.members.len(), 4);
+    // Remove a follower other than the leader: demote, then remove.
+    let gone = (1..=3).find(|id| *id != leader).expect("a follower");
+    let voters: BTreeSet<u64> = (1..=4).filter(|id| *id != gone).collect();
+    change(MembershipChange::SetVoters { voters })
+        .await
+        .expect("demoted");
+    change(MembershipChange::Remove { id: gone })
+        .await
+        .expect("removed");
+    c.stop(gone);
+    let status = c.status(leader).await.expect("leader status");
+    assert!(
+        status.members.iter().all(|(id, _)| *id != gone),
+        "removed node is no longer a member"
+    );
+    // Removing a voter directly is refused with a clear error.
+    let voter = (1..=4)
+        .find(|id| *id != leader && *id != gone)
+        .expect("a voter");
+    let refused = change(MembershipChange::Remove { id: voter }).await;
+    assert!(
+        matches!(refused, Err(ForwardError::Remote { status: 409, .. })),
+        "{refused:?}"
+    );
+    c.propose_ok(&namespace("acme", "after-reconfig"))
+        .await
+        .expect("writes continue");
+    let state = c.converged(Duration::from_secs(20)).await;
+    assert!(namespaces_of(&state, "acme").contains("after-reconfig"));
 }
