@@ -6,6 +6,9 @@
 //! epoch), neither of which is covered by the batch CRC, so stamping never re-encodes.
 //!
 //! * [`batch`] — the fixed 61-byte batch header: parsing, validation, CRC32C, stamping.
+//! * [`protocol`] — the QUIC client protocol: frames, requests, responses, events, error
+//!   codes and feature bits (documented in docs/protocol.md).
+//! * [`murmur2`] — the key → shard hash (Kafka's default partitioner).
 //! * [`record`] — the records inside a batch: encoding a batch from records and decoding one
 //!   back, with every compression codec a Kafka client may send ([`Compression`]).
 //!
@@ -13,6 +16,8 @@
 
 pub mod batch;
 pub mod error;
+pub mod murmur2;
+pub mod protocol;
 pub mod record;
 
 pub use batch::{BATCH_HEADER_LEN, BatchHeader, BatchIter};

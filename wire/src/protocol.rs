@@ -1,0 +1,459 @@
+//! The QUIC client protocol: how a client and a broker talk. No I/O here — a frame codec and
+//! the typed messages; docs/protocol.md describes the same thing for other implementations.
+//!
+//! Streams: the client opens one bidirectional QUIC stream per request. It writes one
+//! request frame and finishes its side; the broker answers with one response frame — or,
+//! for a subscription, with `SubscribeOk` followed by `Event` frames until the subscription
+//! ends. The first request of a connection must be `Hello`.
+//!
+//! Frame: `[len u32 BE][kind u8][header_len u32 BE][header: JSON][body: bytes]`, where `len`
+//! counts everything after itself. The header is small and typed; the body carries record
+//! batches exactly as felix-wire stores them (Kafka RecordBatch v2), never re-encoded.
+
+use serde::{Deserialize, Serialize};
+
+/// ALPN of the protocol.
+pub const ALPN: &[u8] = b"felix/1";
+/// The protocol version a Hello announces.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Bytes before the header: length, kind, header length.
+pub const FRAME_PREFIX: usize = 4 + 1 + 4;
+/// Default ceiling on one frame (header + body).
+pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
+/// Ceiling on a frame's JSON header.
+pub const MAX_HEADER: usize = 64 * 1024;
+
+/// Feature bits negotiated in Hello: the broker answers with the intersection.
+pub mod features {
+    /// A durable subscription that drops ends with `subscription_lagged` and the offset to
+    /// resume from, instead of silently skipping.
+    pub const SUBSCRIPTION_LAGGED: u64 = 1 << 0;
+    /// Idempotent producers: `ProducerInit` and sequenced publishes.
+    pub const IDEMPOTENT_PRODUCER: u64 = 1 << 1;
+    /// Every feature this build implements.
+    pub const ALL: u64 = SUBSCRIPTION_LAGGED | IDEMPOTENT_PRODUCER;
+}
+
+/// What kind of frame this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    Request = 1,
+    Response = 2,
+    Event = 3,
+}
+
+impl FrameKind {
+    fn from_u8(b: u8) -> Option<FrameKind> {
+        match b {
+            1 => Some(FrameKind::Request),
+            2 => Some(FrameKind::Response),
+            3 => Some(FrameKind::Event),
+            _ => None,
+        }
+    }
+}
+
+/// Why bytes are not a valid frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame truncated: {needed} bytes needed, {available} available")]
+    Truncated { needed: usize, available: usize },
+    #[error("frame of {len} bytes exceeds the limit of {max}")]
+    TooLarge { len: usize, max: usize },
+    #[error("unknown frame kind {0}")]
+    UnknownKind(u8),
+    #[error("invalid frame header: {0}")]
+    BadHeader(String),
+    #[error("frame length fields disagree")]
+    Inconsistent,
+}
+
+/// A decoded frame: its kind, its JSON header bytes and its body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub kind: FrameKind,
+    pub header: Vec<u8>,
+    pub body: bytes::Bytes,
+}
+
+impl Frame {
+    /// Builds a frame from a typed header and a body.
+    pub fn new<T: Serialize>(kind: FrameKind, header: &T, body: bytes::Bytes) -> Frame {
+        Frame {
+            kind,
+            // Serializing our own message types cannot fail (no maps with non-string keys).
+            header: serde_json::to_vec(header).unwrap_or_default(),
+            body,
+        }
+    }
+
+    /// The whole encoded frame.
+    pub fn encode(&self) -> Vec<u8> {
+        let len = 1 + 4 + self.header.len() + self.body.len();
+        let mut out = Vec::with_capacity(4 + len);
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+        out.push(self.kind as u8);
+        out.extend_from_slice(&(self.header.len() as u32).to_be_bytes());
+        out.extend_from_slice(&self.header);
+        out.extend_from_slice(&self.body);
+        out
+    }
+
+    /// Reads the total length of the frame starting at `buf` from its first 4 bytes
+    /// (including those 4), refusing frames over `max`.
+    pub fn peek_len(buf: &[u8], max: usize) -> Result<usize, FrameError> {
+        if buf.len() < 4 {
+            return Err(FrameError::Truncated {
+                needed: 4,
+                available: buf.len(),
+            });
+        }
+        let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+        if len > max {
+            return Err(FrameError::TooLarge { len, max });
+        }
+        if len < FRAME_PREFIX - 4 {
+            return Err(FrameError::Inconsistent);
+        }
+        Ok(len + 4)
+    }
+
+    /// Decodes one whole frame at the start of `buf`; returns it and the bytes it used.
+    pub fn decode(buf: &[u8], max: usize) -> Result<(Frame, usize), FrameError> {
+        let total = Frame::peek_len(buf, max)?;
+        if buf.len() < total {
+            return Err(FrameError::Truncated {
+                needed: total,
+                available: buf.len(),
+            });
+        }
+        let kind = FrameKind::from_u8(buf[4]).ok_or(FrameError::UnknownKind(buf[4]))?;
+        let header_len = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) as usize;
+        if header_len > MAX_HEADER || FRAME_PREFIX + header_len > total {
+            return Err(FrameError::Inconsistent);
+        }
+        let header = buf[FRAME_PREFIX..FRAME_PREFIX + header_len].to_vec();
+        let body = bytes::Bytes::copy_from_slice(&buf[FRAME_PREFIX + header_len..total]);
+        Ok((Frame { kind, header, body }, total))
+    }
+
+    /// Parses the header as `T`.
+    pub fn header<T: for<'de> Deserialize<'de>>(&self) -> Result<T, FrameError> {
+        serde_json::from_slice(&self.header).map_err(|e| FrameError::BadHeader(e.to_string()))
+    }
+}
+
+/// Where a subscription starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StartAt {
+    Earliest,
+    Latest,
+    Offset(u64),
+    /// Milliseconds since the Unix epoch: the first record at or after it.
+    Timestamp(i64),
+}
+
+/// When the broker acknowledges a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum AckMode {
+    /// Fire and forget: no answer (errors are counted at the broker, not reported).
+    None,
+    /// One answer for the request's batch (the default).
+    #[default]
+    Batch,
+}
+
+/// Stream settings as the protocol carries them: every field optional, so the same shape
+/// creates (unset = the broker's default) and alters (unset = unchanged). Retention fields
+/// take `0` to mean "no limit".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durable: Option<bool>,
+    /// `leader` or `quorum`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consistency: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retention_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot_retention_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hot_retention_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tiered: Option<bool>,
+}
+
+/// A stream as the broker describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamInfo {
+    pub tenant: String,
+    pub namespace: String,
+    pub name: String,
+    pub version: u64,
+    /// Every setting, filled in.
+    pub config: StreamConfig,
+    /// Per shard: first and next offset (durable streams on this broker).
+    #[serde(default)]
+    pub shards: Vec<ShardInfo>,
+}
+
+/// A shard's offsets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    pub shard: u32,
+    pub first_offset: u64,
+    pub next_offset: u64,
+}
+
+/// A request: the header of a `Request` frame. Only `Publish` has a body (its batches).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    Hello {
+        version: u16,
+        features: u64,
+        #[serde(default)]
+        client: String,
+    },
+    CreateTenant {
+        name: String,
+    },
+    CreateNamespace {
+        tenant: String,
+        name: String,
+    },
+    CreateStream {
+        tenant: String,
+        namespace: String,
+        name: String,
+        config: StreamConfig,
+    },
+    AlterStream {
+        tenant: String,
+        namespace: String,
+        name: String,
+        config: StreamConfig,
+    },
+    DescribeStream {
+        tenant: String,
+        namespace: String,
+        name: String,
+    },
+    ListStreams {
+        tenant: String,
+        namespace: String,
+    },
+    DeleteStream {
+        tenant: String,
+        namespace: String,
+        name: String,
+    },
+    /// The body holds one or more record batches for one shard.
+    Publish {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        shard: u32,
+        #[serde(default)]
+        ack: AckMode,
+    },
+    Subscribe {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        shard: u32,
+        from: StartAt,
+    },
+    /// Asks for an idempotent producer id.
+    ProducerInit {},
+}
+
+/// A response: the header of a `Response` frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    HelloOk {
+        version: u16,
+        features: u64,
+        broker_id: u64,
+    },
+    Done {},
+    Stream {
+        stream: StreamInfo,
+    },
+    Streams {
+        streams: Vec<StreamInfo>,
+    },
+    /// Offsets the log gave the published batches (first and last record), in order.
+    Published {
+        shard: u32,
+        base_offset: u64,
+        last_offset: u64,
+    },
+    /// The subscription starts: `start_offset` is where delivery begins, `live_offset` the
+    /// log's end when it was opened (records at or above it are live).
+    SubscribeOk {
+        start_offset: u64,
+        live_offset: u64,
+    },
+    ProducerId {
+        producer_id: i64,
+        epoch: i16,
+    },
+    Error(ErrorBody),
+}
+
+/// An event on a subscription stream: the header of an `Event` frame. `Records` carries
+/// whole stored batches in the body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    Records {
+        /// Offset of the first record in the body, and one past the last.
+        first_offset: u64,
+        next_offset: u64,
+    },
+    /// The subscription ended (lagged, shard gone, broker stopping).
+    End(ErrorBody),
+}
+
+/// An error: a stable numeric code, a stable reason, a human message, and for retryable
+/// errors how long to wait.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: u16,
+    pub reason: String,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// For `subscription_lagged`: the offset to resume from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_offset: Option<u64>,
+}
+
+/// Stable error codes. A retired code stays retired: never reuse a number.
+pub mod codes {
+    pub const BAD_REQUEST: u16 = 1;
+    pub const UNSUPPORTED_VERSION: u16 = 2;
+    pub const UNKNOWN_TENANT: u16 = 3;
+    pub const UNKNOWN_NAMESPACE: u16 = 4;
+    pub const UNKNOWN_STREAM: u16 = 5;
+    pub const ALREADY_EXISTS: u16 = 6;
+    pub const INVALID_ARGUMENT: u16 = 7;
+    pub const RECORD_TOO_LARGE: u16 = 8;
+    pub const OVERLOADED: u16 = 9;
+    pub const SUBSCRIPTION_LAGGED: u16 = 10;
+    pub const OFFSET_OUT_OF_RANGE: u16 = 11;
+    pub const SHARD_UNAVAILABLE: u16 = 12;
+    pub const QUORUM_TIMEOUT: u16 = 13;
+    pub const INTERNAL: u16 = 14;
+    pub const UNAUTHORIZED: u16 = 15;
+    pub const OUT_OF_ORDER_SEQUENCE: u16 = 16;
+    pub const UNKNOWN_SHARD: u16 = 17;
+    pub const NOT_EMPTY: u16 = 18;
+    pub const VERSION_CONFLICT: u16 = 19;
+    pub const FRAME_TOO_LARGE: u16 = 20;
+    pub const METADATA_UNAVAILABLE: u16 = 21;
+}
+
+impl ErrorBody {
+    /// An error with a code, its reason and a message.
+    pub fn new(code: u16, reason: &str, message: impl Into<String>) -> ErrorBody {
+        ErrorBody {
+            code,
+            reason: reason.to_owned(),
+            message: message.into(),
+            retry_after_ms: None,
+            resume_offset: None,
+        }
+    }
+    /// Marks the error retryable after `ms`.
+    pub fn retry_after(mut self, ms: u64) -> ErrorBody {
+        self.retry_after_ms = Some(ms);
+        self
+    }
+}
+
+impl std::fmt::Display for ErrorBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({}): {}", self.reason, self.code, self.message)?;
+        if let Some(ms) = self.retry_after_ms {
+            write!(f, " (retry after {ms} ms)")?;
+        }
+        if let Some(o) = self.resume_offset {
+            write!(f, " (resume from offset {o})")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_with_header_and_body() {
+        let f = Frame::new(
+            FrameKind::Request,
+            &Request::Publish {
+                tenant: "t".into(),
+                namespace: "n".into(),
+                stream: "s".into(),
+                shard: 2,
+                ack: AckMode::Batch,
+            },
+            bytes::Bytes::from_static(b"batch-bytes"),
+        );
+        let enc = f.encode();
+        let (g, used) = Frame::decode(&enc, DEFAULT_MAX_FRAME).expect("decodes");
+        assert_eq!(used, enc.len());
+        assert_eq!(g, f);
+        assert!(matches!(
+            g.header::<Request>(),
+            Ok(Request::Publish { shard: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn bad_frames_are_typed_errors() {
+        assert!(matches!(
+            Frame::decode(&[0, 0], 100),
+            Err(FrameError::Truncated { .. })
+        ));
+        assert!(matches!(
+            Frame::decode(&[0, 0, 1, 0, 1], 100),
+            Err(FrameError::TooLarge { .. })
+        ));
+        assert!(matches!(
+            Frame::decode(&[0, 0, 0, 5, 9, 0, 0, 0, 0], 100),
+            Err(FrameError::UnknownKind(9))
+        ));
+        assert!(matches!(
+            Frame::decode(&[0, 0, 0, 5, 1, 0, 0, 0, 9], 100),
+            Err(FrameError::Inconsistent)
+        ));
+        let f = Frame {
+            kind: FrameKind::Request,
+            header: b"{not json".to_vec(),
+            body: bytes::Bytes::new(),
+        };
+        let (g, _) = Frame::decode(&f.encode(), 100).expect("frame decodes");
+        assert!(matches!(
+            g.header::<Request>(),
+            Err(FrameError::BadHeader(_))
+        ));
+    }
+}
