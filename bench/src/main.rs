@@ -6,9 +6,16 @@
 //!   the disk (page cache dropped for the log's files first).
 //! * `meta` — the control plane (felix-meta): committed commands per second and latency on
 //!   a 1- or 3-node Raft group on loopback.
+//! * `pubsub` — a running broker end to end: publishers and fan-out subscribers of one
+//!   durable shard, throughput plus publish-ack and delivery latency.
+//! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
+//!   `bench/pubsub-vs-nats.sh`.
 
 mod log_scenario;
 mod meta_scenario;
+#[cfg(feature = "nats")]
+mod nats_scenario;
+mod pubsub_scenario;
 
 use clap::{Parser, Subcommand};
 
@@ -29,6 +36,12 @@ enum Scenario {
     Log(log_scenario::LogArgs),
     /// Commit control-plane commands on a 1- or 3-node Raft group on loopback.
     Meta(meta_scenario::MetaArgs),
+    /// Publish to and subscribe from a running broker: one durable shard, P publishers,
+    /// F subscribers from `latest`.
+    Pubsub(pubsub_scenario::PubsubArgs),
+    /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
+    #[cfg(feature = "nats")]
+    NatsPubsub(nats_scenario::NatsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -36,5 +49,8 @@ fn main() -> anyhow::Result<()> {
     match cli.scenario {
         Scenario::Log(args) => log_scenario::run(args),
         Scenario::Meta(args) => meta_scenario::run(args),
+        Scenario::Pubsub(args) => pubsub_scenario::run(args),
+        #[cfg(feature = "nats")]
+        Scenario::NatsPubsub(args) => nats_scenario::run(args),
     }
 }

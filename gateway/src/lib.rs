@@ -1,5 +1,15 @@
 //! felix-gateway: the broker node.
 //!
-//! Not built yet. This crate will compose the hot log, the cold tier and the control plane
-//! behind the QUIC client protocol, the Kafka listener and the admin HTTP API, and ship the
-//! `felix` binary. See `docs/architecture.md`.
+//! * [`config`] — every setting, from flags, `FELIX_*` variables and a TOML file.
+//! * [`tls`] — the QUIC listener's certificate: generated for the embedded default, or loaded.
+//! * [`broker`] — streams, shards, the publish path and subscriptions (the spec's promises).
+//! * [`server`] — the QUIC client protocol: connections, requests, subscription streams.
+//! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
+//! * [`metrics`] — the `felix_*` Prometheus metrics.
+
+pub mod admin;
+pub mod broker;
+pub mod config;
+pub mod metrics;
+pub mod server;
+pub mod tls;

@@ -1,0 +1,168 @@
+//! One request, one bidirectional QUIC stream: write the request frame, finish the send
+//! side, read frames back. Every exchange here is bounded by a timeout chosen by the caller;
+//! reading a frame never buffers more than the frame limit.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use felix_wire::protocol::{FRAME_PREFIX, Frame, FrameKind, Request, Response};
+
+use crate::error::{ClientError, connection_error, read_error, write_error};
+
+/// An opened request: its send side (already finished) and the stream to read answers from.
+pub(crate) struct OpenRequest {
+    pub send: quinn::SendStream,
+    pub recv: quinn::RecvStream,
+}
+
+/// Encodes `request` with `body` as a request frame, refusing frames over `max_frame`.
+pub(crate) fn encode_request(
+    request: &Request,
+    body: Bytes,
+    max_frame: usize,
+) -> Result<Vec<u8>, ClientError> {
+    let frame = Frame::new(FrameKind::Request, request, body).encode();
+    let len = frame.len() - 4;
+    if len > max_frame {
+        return Err(ClientError::InvalidArgument(format!(
+            "request of {len} bytes exceeds the frame limit of {max_frame} bytes; send fewer or smaller records"
+        )));
+    }
+    Ok(frame)
+}
+
+/// Opens a stream and writes one encoded request frame to it, then finishes the send side.
+///
+/// If the broker stops the stream before taking the whole frame (it refused the request
+/// early, e.g. `frame_too_large`), that is not an error here: its answer is on `recv`.
+pub(crate) async fn open(
+    conn: &quinn::Connection,
+    frame: &[u8],
+) -> Result<OpenRequest, ClientError> {
+    let (mut send, recv) = conn.open_bi().await.map_err(connection_error)?;
+    match send.write_all(frame).await {
+        Ok(()) => {
+            // Finishing can only fail if the stream was already reset or finished.
+            let _ = send.finish();
+        }
+        // The broker refused the request before reading it all; its answer is on `recv`.
+        Err(quinn::WriteError::Stopped(_)) => {}
+        Err(e) => return Err(write_error(e)),
+    }
+    Ok(OpenRequest { send, recv })
+}
+
+/// Reads one frame; `Ok(None)` when the stream ended cleanly before a new frame began.
+pub(crate) async fn read_frame(
+    recv: &mut quinn::RecvStream,
+    max_frame: usize,
+) -> Result<Option<Frame>, ClientError> {
+    let mut len_bytes = [0u8; 4];
+    match recv.read_exact(&mut len_bytes).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(0)) => return Ok(None),
+        Err(quinn::ReadExactError::FinishedEarly(_)) => {
+            return Err(ClientError::Protocol(
+                "stream ended inside a frame's length".into(),
+            ));
+        }
+        Err(quinn::ReadExactError::ReadError(e)) => return Err(read_error(e)),
+    }
+    let len = u32::from_be_bytes(len_bytes) as usize;
+    if len > max_frame {
+        return Err(ClientError::Protocol(format!(
+            "frame of {len} bytes exceeds the limit of {max_frame}"
+        )));
+    }
+    if len < FRAME_PREFIX - 4 {
+        return Err(ClientError::Protocol(format!(
+            "frame length {len} too small"
+        )));
+    }
+    let mut buf = vec![0u8; 4 + len];
+    buf[..4].copy_from_slice(&len_bytes);
+    match recv.read_exact(&mut buf[4..]).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(n)) => {
+            return Err(ClientError::Protocol(format!(
+                "stream ended inside a frame ({n} of {len} bytes)"
+            )));
+        }
+        Err(quinn::ReadExactError::ReadError(e)) => return Err(read_error(e)),
+    }
+    let (frame, _) =
+        Frame::decode(&buf, max_frame).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    Ok(Some(frame))
+}
+
+/// Reads the single response frame of a request and turns `Response::Error` into
+/// [`ClientError::Broker`].
+pub(crate) async fn read_response(
+    recv: &mut quinn::RecvStream,
+    max_frame: usize,
+) -> Result<Response, ClientError> {
+    let frame = read_frame(recv, max_frame).await?.ok_or_else(|| {
+        ClientError::Protocol("the broker closed the request stream without answering".into())
+    })?;
+    parse_response(&frame)
+}
+
+fn parse_response(frame: &Frame) -> Result<Response, ClientError> {
+    if frame.kind != FrameKind::Response {
+        return Err(ClientError::Protocol(format!(
+            "expected a response frame, got {:?}",
+            frame.kind
+        )));
+    }
+    match frame
+        .header::<Response>()
+        .map_err(|e| ClientError::Protocol(e.to_string()))?
+    {
+        Response::Error(body) => Err(ClientError::Broker(body)),
+        other => Ok(other),
+    }
+}
+
+/// Sends `request` and reads its one response, all within `timeout`.
+pub(crate) async fn call(
+    conn: &quinn::Connection,
+    request: &Request,
+    body: Bytes,
+    max_frame: usize,
+    timeout: Duration,
+) -> Result<Response, ClientError> {
+    let frame = encode_request(request, body, max_frame)?;
+    tokio::time::timeout(timeout, async {
+        let mut open = open(conn, &frame).await?;
+        let response = read_response(&mut open.recv, max_frame).await;
+        drop(open.send);
+        response
+    })
+    .await
+    .map_err(|_| ClientError::Timeout)?
+}
+
+/// Sends a request that needs no acknowledgement (`AckMode::None`). The broker answers
+/// `done` once it has taken the request (queued, not written) or an error; a stream that
+/// ends without an answer also counts as taken. Either way this returns only once the
+/// broker has the whole request, so a caller that exits right after loses nothing in flight.
+pub(crate) async fn call_unacknowledged(
+    conn: &quinn::Connection,
+    request: &Request,
+    body: Bytes,
+    max_frame: usize,
+    timeout: Duration,
+) -> Result<(), ClientError> {
+    let frame = encode_request(request, body, max_frame)?;
+    tokio::time::timeout(timeout, async {
+        let mut open = open(conn, &frame).await?;
+        let answer = read_frame(&mut open.recv, max_frame).await?;
+        drop(open.send);
+        match answer {
+            None => Ok(()),
+            Some(frame) => parse_response(&frame).map(|_| ()),
+        }
+    })
+    .await
+    .map_err(|_| ClientError::Timeout)?
+}

@@ -1,0 +1,443 @@
+//! Admin HTTP: `/metrics`, `/healthz` and the `/v1` management API over the broker.
+//!
+//! The `/v1` routes are a thin JSON face of the same [`Broker`] calls the QUIC protocol's
+//! management requests make, so both answer alike. Every refusal is an [`ErrorBody`] (the
+//! protocol's stable code and reason) with an HTTP status chosen by [`status_for`]; bodies
+//! over [`BODY_LIMIT`] are refused before they are read.
+//!
+//! | method and path | body | answer |
+//! |---|---|---|
+//! | `GET /metrics` | | OpenMetrics text |
+//! | `GET /healthz` | | `200 ok` when ready, else `503 not ready` |
+//! | `GET /v1/tenants` | | `{"tenant": ["namespace", ...]}` |
+//! | `POST /v1/tenants` | `{"name"}` | `201 {"tenant"}` |
+//! | `POST /v1/tenants/{tenant}/namespaces` | `{"name"}` | `201 {"tenant","namespace"}` |
+//! | `GET /v1/streams/{tenant}/{namespace}` | | `[StreamInfo]` |
+//! | `POST /v1/streams/{tenant}/{namespace}` | `{"name","config"}` | `201 StreamInfo` |
+//! | `GET /v1/streams/{tenant}/{namespace}/{stream}` | | `StreamInfo` |
+//! | `PATCH /v1/streams/{tenant}/{namespace}/{stream}` | `StreamConfig` | `StreamInfo` |
+//! | `DELETE /v1/streams/{tenant}/{namespace}/{stream}` | | `204` |
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use bytes::Bytes;
+use felix_wire::protocol::{ErrorBody, StreamConfig, codes};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::broker::Broker;
+use crate::metrics::Metrics;
+
+/// Largest request body accepted.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+/// The content type of `/metrics`.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone)]
+struct AdminState {
+    broker: Arc<Broker>,
+    metrics: Arc<Metrics>,
+}
+
+/// The admin routes over `broker` and `metrics`.
+pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/metrics", get(get_metrics))
+        .route("/healthz", get(healthz))
+        .route("/v1/tenants", get(list_tenants).post(create_tenant))
+        .route(
+            "/v1/tenants/{tenant}/namespaces",
+            axum::routing::post(create_namespace),
+        )
+        .route(
+            "/v1/streams/{tenant}/{namespace}",
+            get(list_streams).post(create_stream),
+        )
+        .route(
+            "/v1/streams/{tenant}/{namespace}/{stream}",
+            get(describe_stream)
+                .patch(alter_stream)
+                .delete(delete_stream),
+        )
+        .fallback(no_route)
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(AdminState { broker, metrics })
+}
+
+/// Serves `router` on `listener` until `shutdown` turns true (or its sender is dropped),
+/// then lets requests in flight finish.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            // An error means the sender is gone: nobody can ask any more, so stop too.
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await
+}
+
+/// The HTTP status of a refusal with this protocol error code.
+pub fn status_for(code: u16) -> StatusCode {
+    match code {
+        codes::UNKNOWN_TENANT
+        | codes::UNKNOWN_NAMESPACE
+        | codes::UNKNOWN_STREAM
+        | codes::UNKNOWN_SHARD => StatusCode::NOT_FOUND,
+        codes::ALREADY_EXISTS | codes::NOT_EMPTY | codes::VERSION_CONFLICT => StatusCode::CONFLICT,
+        codes::INVALID_ARGUMENT | codes::BAD_REQUEST => StatusCode::BAD_REQUEST,
+        codes::METADATA_UNAVAILABLE | codes::SHARD_UNAVAILABLE => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// A refusal: the protocol's error body, with its status (and `Retry-After` when the error
+/// says when to retry).
+struct ApiError {
+    status: StatusCode,
+    body: ErrorBody,
+}
+
+impl From<ErrorBody> for ApiError {
+    fn from(body: ErrorBody) -> Self {
+        ApiError {
+            status: status_for(body.code),
+            body,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let retry_after = self.body.retry_after_ms.map(|ms| ms.div_ceil(1000).max(1));
+        let mut response = (self.status, Json(self.body)).into_response();
+        if let Some(secs) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+/// Parses a JSON request body. The content type is not checked, so `curl -d` works; a body
+/// over [`BODY_LIMIT`] is refused with 413, one that is not the expected JSON with 400, both
+/// with a `bad_request` error body like every other refusal.
+fn read<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
+    let bytes = body.map_err(|rejection| ApiError {
+        status: rejection.status(),
+        body: ErrorBody::new(codes::BAD_REQUEST, "bad_request", rejection.body_text()),
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError {
+        status: StatusCode::BAD_REQUEST,
+        body: ErrorBody::new(
+            codes::BAD_REQUEST,
+            "bad_request",
+            format!("invalid JSON body: {e}"),
+        ),
+    })
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+async fn get_metrics(State(state): State<AdminState>) -> Response {
+    (
+        [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
+        state.metrics.encode(),
+    )
+        .into_response()
+}
+
+async fn healthz(State(state): State<AdminState>) -> (StatusCode, &'static str) {
+    if state.broker.is_ready() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}
+
+async fn no_route() -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        body: ErrorBody::new(codes::BAD_REQUEST, "bad_request", "no such route"),
+    }
+}
+
+/// `{"name": "..."}`: what creating a tenant or a namespace takes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NameBody {
+    name: String,
+}
+
+/// What creating a stream takes; `config` may be omitted (every setting defaulted).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateStreamBody {
+    name: String,
+    #[serde(default)]
+    config: StreamConfig,
+}
+
+async fn list_tenants(State(state): State<AdminState>) -> Response {
+    Json(state.broker.tenants()).into_response()
+}
+
+async fn create_tenant(
+    State(state): State<AdminState>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let NameBody { name } = read(body)?;
+    state.broker.create_tenant(&name).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(serde_json::json!({ "tenant": name })),
+    )
+        .into_response())
+}
+
+async fn create_namespace(
+    State(state): State<AdminState>,
+    Path(tenant): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let NameBody { name } = read(body)?;
+    state.broker.create_namespace(&tenant, &name).await?;
+    let created = serde_json::json!({ "tenant": tenant, "namespace": name });
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+async fn list_streams(
+    State(state): State<AdminState>,
+    Path((tenant, namespace)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    let streams = state.broker.list_streams(&tenant, &namespace).await?;
+    Ok(Json(streams).into_response())
+}
+
+async fn create_stream(
+    State(state): State<AdminState>,
+    Path((tenant, namespace)): Path<(String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let CreateStreamBody { name, config } = read(body)?;
+    let info = state
+        .broker
+        .create_stream(&tenant, &namespace, &name, config)
+        .await?;
+    Ok((StatusCode::CREATED, Json(info)).into_response())
+}
+
+async fn describe_stream(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, stream)): Path<(String, String, String)>,
+) -> ApiResult<Response> {
+    let info = state
+        .broker
+        .describe_stream(&tenant, &namespace, &stream)
+        .await?;
+    Ok(Json(info).into_response())
+}
+
+async fn alter_stream(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, stream)): Path<(String, String, String)>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult<Response> {
+    let config: StreamConfig = read(body)?;
+    let info = state
+        .broker
+        .alter_stream(&tenant, &namespace, &stream, config)
+        .await?;
+    Ok(Json(info).into_response())
+}
+
+async fn delete_stream(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, stream)): Path<(String, String, String)>,
+) -> ApiResult<StatusCode> {
+    state
+        .broker
+        .delete_stream(&tenant, &namespace, &stream)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use felix_meta::{MetaConfig, MetaNode};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::config::BrokerConfig;
+
+    /// One HTTP/1.1 request on its own connection; returns the status, the headers (lower
+    /// case) and the body.
+    async fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String, String) {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nhost: felix\r\nconnection: close\r\n\
+             content-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        conn.write_all(request.as_bytes()).await.expect("send");
+        let mut response = Vec::new();
+        conn.read_to_end(&mut response).await.expect("receive");
+        let response = String::from_utf8_lossy(&response).into_owned();
+        let (head, body) = response.split_once("\r\n\r\n").expect("a whole response");
+        let status = head[9..12].parse().expect("a status code");
+        (status, head.to_ascii_lowercase(), body.to_owned())
+    }
+
+    #[tokio::test]
+    async fn the_v1_api_manages_tenants_namespaces_and_streams() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let meta_config = MetaConfig::single(1, dir.path(), "127.0.0.1:0".parse().expect("addr"));
+        let meta = MetaNode::start(meta_config).await.expect("metadata node");
+        assert!(meta.handle().wait_ready(Duration::from_secs(30)).await);
+        let config = BrokerConfig {
+            data_dir: dir.path().to_path_buf(),
+            ..BrokerConfig::default()
+        };
+        let metrics = Arc::new(Metrics::new());
+        let broker = Broker::start(&config, meta.handle().clone(), metrics.clone())
+            .await
+            .expect("broker");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("local addr");
+        let (stop, stopped) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, router(broker.clone(), metrics), stopped));
+
+        let (status, _, body) = http(addr, "GET", "/healthz", "").await;
+        assert_eq!((status, body.as_str()), (200, "ok"));
+        let (status, head, _) = http(addr, "GET", "/metrics", "").await;
+        assert_eq!(status, 200);
+        assert!(
+            head.contains("content-type: application/openmetrics-text; version=1.0.0"),
+            "{head}"
+        );
+
+        let (status, _, _) = http(addr, "POST", "/v1/tenants", r#"{"name":"acme"}"#).await;
+        assert_eq!(status, 201);
+        let (status, _, body) = http(addr, "POST", "/v1/tenants", r#"{"name":"acme"}"#).await;
+        assert_eq!(status, 409, "{body}");
+        let error: ErrorBody = serde_json::from_str(&body).expect("an error body");
+        assert_eq!(error.code, codes::ALREADY_EXISTS);
+        let (status, _, _) = http(
+            addr,
+            "POST",
+            "/v1/tenants/acme/namespaces",
+            r#"{"name":"prod"}"#,
+        )
+        .await;
+        assert_eq!(status, 201);
+        let (status, _, body) = http(
+            addr,
+            "POST",
+            "/v1/tenants/nobody/namespaces",
+            r#"{"name":"prod"}"#,
+        )
+        .await;
+        assert_eq!(status, 404, "{body}");
+        let (status, _, body) = http(addr, "GET", "/v1/tenants", "").await;
+        assert_eq!(status, 200);
+        let tenants: serde_json::Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(tenants["acme"], serde_json::json!(["prod"]), "{body}");
+
+        let create = r#"{"name":"orders","config":{"shards":2}}"#;
+        let (status, _, body) = http(addr, "POST", "/v1/streams/acme/prod", create).await;
+        assert_eq!(status, 201, "{body}");
+        let info: felix_wire::protocol::StreamInfo = serde_json::from_str(&body).expect("info");
+        assert_eq!((info.name.as_str(), info.version), ("orders", 1));
+        let (status, _, body) = http(addr, "GET", "/v1/streams/acme/prod/orders", "").await;
+        assert_eq!(status, 200, "{body}");
+        let (status, _, body) = http(
+            addr,
+            "PATCH",
+            "/v1/streams/acme/prod/orders",
+            r#"{"segment_ms":60000}"#,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let info: felix_wire::protocol::StreamInfo = serde_json::from_str(&body).expect("info");
+        assert_eq!(info.version, 2);
+        let (status, _, body) = http(addr, "GET", "/v1/streams/acme/prod", "").await;
+        assert_eq!(status, 200);
+        let list: Vec<felix_wire::protocol::StreamInfo> =
+            serde_json::from_str(&body).expect("a list");
+        assert_eq!(list.len(), 1);
+        let (status, _, _) = http(addr, "DELETE", "/v1/streams/acme/prod/orders", "").await;
+        assert_eq!(status, 204);
+        let (status, _, _) = http(addr, "GET", "/v1/streams/acme/prod/orders", "").await;
+        assert_eq!(status, 404);
+
+        let (status, _, body) = http(addr, "POST", "/v1/tenants", r#"{"nam":"x"}"#).await;
+        assert_eq!(status, 400, "{body}");
+        // Refused on its declared length, before any of it is read.
+        let mut conn = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let request = format!(
+            "POST /v1/tenants HTTP/1.1\r\nhost: felix\r\nconnection: close\r\n\
+             content-length: {}\r\n\r\n",
+            BODY_LIMIT + 1
+        );
+        conn.write_all(request.as_bytes()).await.expect("send");
+        let mut response = String::new();
+        conn.read_to_string(&mut response).await.expect("receive");
+        assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+        let (status, _, _) = http(addr, "GET", "/v2/nothing", "").await;
+        assert_eq!(status, 404);
+
+        let _ = stop.send(true);
+        server.await.expect("server task").expect("server");
+        broker.shutdown().await;
+        meta.shutdown().await;
+    }
+
+    #[test]
+    fn refusals_map_to_http_statuses_by_code() {
+        let cases = [
+            (codes::UNKNOWN_TENANT, 404),
+            (codes::UNKNOWN_NAMESPACE, 404),
+            (codes::UNKNOWN_STREAM, 404),
+            (codes::UNKNOWN_SHARD, 404),
+            (codes::ALREADY_EXISTS, 409),
+            (codes::NOT_EMPTY, 409),
+            (codes::VERSION_CONFLICT, 409),
+            (codes::INVALID_ARGUMENT, 400),
+            (codes::BAD_REQUEST, 400),
+            (codes::METADATA_UNAVAILABLE, 503),
+            (codes::SHARD_UNAVAILABLE, 503),
+            (codes::INTERNAL, 500),
+            (codes::OVERLOADED, 500),
+        ];
+        for (code, status) in cases {
+            assert_eq!(status_for(code).as_u16(), status, "code {code}");
+        }
+    }
+
+    #[test]
+    fn a_retryable_refusal_carries_retry_after_in_whole_seconds() {
+        let body = ErrorBody::new(codes::METADATA_UNAVAILABLE, "metadata_unavailable", "later")
+            .retry_after(1500);
+        let response = ApiError::from(body).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "2");
+    }
+}

@@ -1,0 +1,1206 @@
+//! The broker's data path: streams, shards, publishing and subscriptions, keeping the
+//! promises of the delivery-semantics spec on one node.
+//!
+//! * Existence: every operation is checked against the local registry (the control
+//!   plane's watch), so an unknown tenant, namespace, stream or shard is refused with a typed
+//!   error and the data path never waits on Raft.
+//! * Durable shards are a [`ShardLog`] each. A publish is acknowledged after the write under
+//!   the fsync policy (`ack_on_commit`, the default) or on enqueue (`FELIX_ACK_ON_COMMIT=0`).
+//! * Fanout of a durable shard follows the log: one task per shard reads what was committed,
+//!   in offset order, and offers it to every live subscriber's bounded queue. A subscriber
+//!   whose queue is full loses that event — only it; on a durable stream its subscription
+//!   then ends with `subscription_lagged` and the offset to resume from. Publishers never
+//!   wait for subscribers.
+//! * A subscription that starts in the past replays history straight from the log (never
+//!   dropped: QUIC flow control slows the replay instead) and joins live delivery at the
+//!   fanout's cursor, under the fanout's lock, so nothing is skipped or repeated.
+//! * Ephemeral shards keep nothing: a publish is offered to the live subscribers and
+//!   acknowledged when queued; their drops are counted, not announced.
+//! * Publisher backpressure: each tenant has its own `pub_queue_depth` publish slots, so a
+//!   flooding tenant exhausts only its own; see [`TenantQueues`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use felix_hot::{LogConfig, LogError, ShardLog};
+use felix_meta::model::{
+    Command, CommandError, Consistency, Durability, ShardKey, StreamSettings, StreamSettingsPatch,
+};
+use felix_meta::state_machine::Registry;
+use felix_meta::{Applied, MetaError, MetaHandle};
+use felix_wire::batch::stamp_base_offset;
+use felix_wire::protocol::{
+    AckMode, ErrorBody, ShardInfo, StartAt, StreamConfig, StreamInfo, codes,
+};
+use felix_wire::{BatchHeader, BatchIter};
+use parking_lot::Mutex;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tracing::{info, warn};
+
+use crate::config::BrokerConfig;
+use crate::metrics::{Metrics, TenantAction, TenantReason};
+
+fn err(code: u16, reason: &str, message: impl Into<String>) -> ErrorBody {
+    ErrorBody::new(code, reason, message)
+}
+
+/// Maps a control-plane refusal to a protocol error.
+pub fn command_error(e: &CommandError) -> ErrorBody {
+    match e {
+        CommandError::AlreadyExists { .. } => {
+            err(codes::ALREADY_EXISTS, "already_exists", e.to_string())
+        }
+        CommandError::NotFound { kind, .. } => match kind.as_str() {
+            "tenant" => err(codes::UNKNOWN_TENANT, "unknown_tenant", e.to_string()),
+            "namespace" => err(codes::UNKNOWN_NAMESPACE, "unknown_namespace", e.to_string()),
+            "stream" => err(codes::UNKNOWN_STREAM, "unknown_stream", e.to_string()),
+            "shard" => err(codes::UNKNOWN_SHARD, "unknown_shard", e.to_string()),
+            _ => err(codes::INVALID_ARGUMENT, "not_found", e.to_string()),
+        },
+        CommandError::VersionConflict { .. } => {
+            err(codes::VERSION_CONFLICT, "version_conflict", e.to_string())
+        }
+        CommandError::NotEmpty { .. } => err(codes::NOT_EMPTY, "not_empty", e.to_string()),
+        CommandError::Invalid(_) => err(codes::INVALID_ARGUMENT, "invalid_argument", e.to_string()),
+    }
+}
+
+fn meta_error(e: MetaError) -> ErrorBody {
+    match e {
+        MetaError::Rejected(c) => command_error(&c),
+        other => err(
+            codes::METADATA_UNAVAILABLE,
+            "metadata_unavailable",
+            other.to_string(),
+        )
+        .retry_after(500),
+    }
+}
+
+fn log_error(e: &LogError) -> ErrorBody {
+    match e {
+        LogError::InvalidBatch(w) => err(codes::BAD_REQUEST, "invalid_batch", w.to_string()),
+        LogError::TrailingBytes { .. } => err(codes::BAD_REQUEST, "invalid_batch", e.to_string()),
+        LogError::BatchTooLarge { .. } => {
+            err(codes::RECORD_TOO_LARGE, "record_too_large", e.to_string())
+        }
+        LogError::OffsetOutOfRange { .. } => err(
+            codes::OFFSET_OUT_OF_RANGE,
+            "offset_out_of_range",
+            e.to_string(),
+        ),
+        _ => err(codes::SHARD_UNAVAILABLE, "shard_unavailable", e.to_string()).retry_after(1000),
+    }
+}
+
+/// One batch as fanout hands it to subscribers: stored bytes, shared, never copied.
+#[derive(Clone, Debug)]
+pub struct LiveBatch {
+    pub first_offset: u64,
+    pub next_offset: u64,
+    pub bytes: Bytes,
+}
+
+/// What a subscriber's queue yields.
+#[derive(Debug)]
+pub enum Delivery {
+    Batch(LiveBatch),
+    /// The queue overflowed on a durable stream: end with `subscription_lagged`.
+    Lagged {
+        resume_offset: u64,
+    },
+}
+
+/// A subscriber's bounded queue, as the fanout sees it.
+struct SubQueue {
+    id: u64,
+    tx: mpsc::Sender<Delivery>,
+    /// Set to the first dropped offset when a durable subscriber overflows.
+    lagged: Arc<AtomicU64>,
+    bytes: Arc<AtomicUsize>,
+    max_bytes: usize,
+    tenant: String,
+    /// Whether drops end the subscription (durable) or are only counted (ephemeral).
+    announce_drops: bool,
+}
+
+/// The consumer end of a subscriber's queue.
+pub struct SubReceiver {
+    rx: mpsc::Receiver<Delivery>,
+    bytes: Arc<AtomicUsize>,
+    lagged: Arc<AtomicU64>,
+}
+
+const NOT_LAGGED: u64 = u64::MAX;
+
+/// A subscriber's queue: the fanout's end and the subscription's end.
+fn sub_queue(
+    id: u64,
+    capacity: usize,
+    max_bytes: usize,
+    tenant: &str,
+    announce_drops: bool,
+) -> (SubQueue, SubReceiver) {
+    let (tx, rx) = mpsc::channel(capacity);
+    let bytes = Arc::new(AtomicUsize::new(0));
+    let lagged = Arc::new(AtomicU64::new(NOT_LAGGED));
+    (
+        SubQueue {
+            id,
+            tx,
+            lagged: lagged.clone(),
+            bytes: bytes.clone(),
+            max_bytes,
+            tenant: tenant.to_owned(),
+            announce_drops,
+        },
+        SubReceiver { rx, bytes, lagged },
+    )
+}
+
+impl SubReceiver {
+    /// The next delivery. After an overflow on a durable stream the fanout drops its end:
+    /// what was queued before the drop is delivered first, then `Lagged`.
+    pub async fn recv(&mut self) -> Option<Delivery> {
+        match self.rx.recv().await {
+            Some(d) => {
+                if let Delivery::Batch(b) = &d {
+                    self.bytes.fetch_sub(b.bytes.len(), Ordering::AcqRel);
+                }
+                Some(d)
+            }
+            None => match self.lagged.load(Ordering::Acquire) {
+                NOT_LAGGED => None,
+                resume_offset => Some(Delivery::Lagged { resume_offset }),
+            },
+        }
+    }
+}
+
+/// The live fanout of one shard: the subscribers' queues and the cursor (the next offset
+/// fanout will offer). Pushing and registering happen under one lock, which is what makes
+/// the join of history and live exact.
+#[derive(Default)]
+struct Fanout {
+    inner: Mutex<FanoutInner>,
+}
+
+#[derive(Default)]
+struct FanoutInner {
+    cursor: u64,
+    subscribers: Vec<SubQueue>,
+}
+
+impl Fanout {
+    /// Offers a batch to every subscriber; a full queue drops it for that subscriber only.
+    fn offer(&self, batch: LiveBatch, metrics: &Metrics) {
+        let mut inner = self.inner.lock();
+        inner.cursor = inner.cursor.max(batch.next_offset);
+        inner.subscribers.retain(|q| {
+            let len = batch.bytes.len();
+            let over_bytes = q.bytes.load(Ordering::Acquire) + len > q.max_bytes;
+            let sent = !over_bytes && q.tx.try_send(Delivery::Batch(batch.clone())).is_ok();
+            if sent {
+                q.bytes.fetch_add(len, Ordering::AcqRel);
+                return true;
+            }
+            if q.tx.is_closed() {
+                return false;
+            }
+            metrics
+                .sub_queue_dropped
+                .get_or_create(&Metrics::tenant(&q.tenant))
+                .inc();
+            if !q.announce_drops {
+                return true;
+            }
+            // Durable: the first drop ends the subscription. Dropping our end lets the
+            // subscription deliver what was queued before, then `subscription_lagged`.
+            metrics
+                .sub_lagged
+                .get_or_create(&Metrics::tenant(&q.tenant))
+                .inc();
+            q.lagged.store(batch.first_offset, Ordering::Release);
+            false
+        });
+    }
+
+    fn remove(&self, id: u64) {
+        self.inner.lock().subscribers.retain(|q| q.id != id);
+    }
+}
+
+/// One shard on this broker.
+pub struct Shard {
+    pub key: ShardKey,
+    /// `None` for an ephemeral shard.
+    log: Option<ShardLog>,
+    fanout: Arc<Fanout>,
+    /// Ephemeral shards number batches themselves.
+    ephemeral_next: AtomicU64,
+    closed: Arc<AtomicBool>,
+}
+
+/// Per-tenant publish slots: each tenant gets `depth` of its own, so one tenant's flood
+/// queues behind its own slots and never behind another tenant's.
+pub struct TenantQueues {
+    depth: usize,
+    tenants: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl TenantQueues {
+    fn new(depth: usize) -> TenantQueues {
+        TenantQueues {
+            depth: depth.max(1),
+            tenants: Mutex::new(HashMap::new()),
+        }
+    }
+    fn of(&self, tenant: &str) -> Arc<Semaphore> {
+        self.tenants
+            .lock()
+            .entry(tenant.to_owned())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.depth)))
+            .clone()
+    }
+}
+
+/// A subscription as the server drives it.
+pub struct Subscription {
+    pub start_offset: u64,
+    pub live_offset: u64,
+    state: SubState,
+}
+
+enum SubState {
+    /// Durable: replaying history from `pos`, then live through `queue`.
+    Durable {
+        shard: Arc<Shard>,
+        pos: u64,
+        queue: Option<SubReceiver>,
+        id: u64,
+        tenant: String,
+        capacity: usize,
+        max_bytes: usize,
+    },
+    /// Ephemeral: live only.
+    Ephemeral {
+        shard: Arc<Shard>,
+        queue: SubReceiver,
+        id: u64,
+    },
+}
+
+/// What `Subscription::next` yields.
+pub enum SubEvent {
+    Batches(LiveBatch),
+    Lagged {
+        resume_offset: u64,
+    },
+    /// The shard was closed (stream deleted or broker stopping).
+    Closed,
+}
+
+impl Subscription {
+    /// The next batch(es) to send. History is read from the log without any drop; once the
+    /// subscription has caught up with the fanout it joins live delivery.
+    pub async fn next(&mut self) -> SubEvent {
+        loop {
+            match &mut self.state {
+                SubState::Ephemeral { queue, shard, .. } => {
+                    if shard.closed.load(Ordering::Acquire) {
+                        return SubEvent::Closed;
+                    }
+                    match queue.recv().await {
+                        Some(Delivery::Batch(b)) => return SubEvent::Batches(b),
+                        Some(Delivery::Lagged { resume_offset }) => {
+                            return SubEvent::Lagged { resume_offset };
+                        }
+                        None => return SubEvent::Closed,
+                    }
+                }
+                SubState::Durable {
+                    shard,
+                    pos,
+                    queue,
+                    id,
+                    tenant,
+                    capacity,
+                    max_bytes,
+                } => {
+                    if shard.closed.load(Ordering::Acquire) {
+                        return SubEvent::Closed;
+                    }
+                    if let Some(q) = queue {
+                        return match q.recv().await {
+                            Some(Delivery::Batch(b)) => SubEvent::Batches(b),
+                            Some(Delivery::Lagged { resume_offset }) => {
+                                SubEvent::Lagged { resume_offset }
+                            }
+                            None => SubEvent::Closed,
+                        };
+                    }
+                    let log = shard.log.as_ref().expect("durable shard has a log");
+                    // Join live delivery once caught up with the fanout's cursor.
+                    {
+                        let mut inner = shard.fanout.inner.lock();
+                        if *pos >= inner.cursor {
+                            let (q, rx) = sub_queue(*id, *capacity, *max_bytes, tenant, true);
+                            inner.subscribers.push(q);
+                            *queue = Some(rx);
+                            continue;
+                        }
+                    }
+                    let cursor = shard.fanout.inner.lock().cursor;
+                    match log.read(*pos, 1 << 20, Some(cursor)) {
+                        Ok(read) if !read.batches.is_empty() => {
+                            let batch = LiveBatch {
+                                first_offset: *pos,
+                                next_offset: read.next_offset,
+                                bytes: Bytes::from(read.batches),
+                            };
+                            *pos = read.next_offset;
+                            return SubEvent::Batches(batch);
+                        }
+                        Ok(_) => {
+                            // No whole batch below the cursor from here: a gap up to it.
+                            *pos = (*pos).max(cursor);
+                        }
+                        Err(LogError::OffsetOutOfRange { first, .. }) if *pos < first => {
+                            // Retention removed what we were about to read; resume at the
+                            // first retained offset (the client sees the jump in offsets).
+                            *pos = first;
+                        }
+                        Err(e) => {
+                            warn!(shard = %shard.key, error = %e, "subscription read failed");
+                            return SubEvent::Closed;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        match &self.state {
+            SubState::Durable { shard, id, .. } | SubState::Ephemeral { shard, id, .. } => {
+                shard.fanout.remove(*id)
+            }
+        }
+    }
+}
+
+/// The broker's state.
+pub struct Broker {
+    config: BrokerConfig,
+    meta: MetaHandle,
+    metrics: Arc<Metrics>,
+    registry: watch::Receiver<Arc<Registry>>,
+    shards: Mutex<HashMap<ShardKey, Arc<Shard>>>,
+    queues: TenantQueues,
+    next_sub_id: AtomicU64,
+    stopping: AtomicBool,
+}
+
+fn settings_to_config(s: &StreamSettings) -> StreamConfig {
+    StreamConfig {
+        durable: Some(s.durability == Durability::Durable),
+        consistency: Some(
+            match s.consistency {
+                Consistency::Leader => "leader",
+                Consistency::Quorum => "quorum",
+            }
+            .to_owned(),
+        ),
+        replicas: Some(s.replicas),
+        shards: Some(s.shards),
+        segment_bytes: Some(s.segment_bytes),
+        segment_ms: Some(s.segment_ms),
+        retention_ms: Some(s.retention_ms.unwrap_or(0)),
+        retention_bytes: Some(s.retention_bytes.unwrap_or(0)),
+        hot_retention_ms: Some(s.hot_retention_ms.unwrap_or(0)),
+        hot_retention_bytes: Some(s.hot_retention_bytes.unwrap_or(0)),
+        tiered: Some(s.tiered),
+    }
+}
+
+fn consistency(s: &str) -> Result<Consistency, ErrorBody> {
+    match s {
+        "leader" => Ok(Consistency::Leader),
+        "quorum" => Ok(Consistency::Quorum),
+        other => Err(err(
+            codes::INVALID_ARGUMENT,
+            "invalid_argument",
+            format!("consistency {other:?} is not leader or quorum"),
+        )),
+    }
+}
+
+fn limit(v: Option<u64>) -> Option<Option<u64>> {
+    v.map(|v| (v > 0).then_some(v))
+}
+
+impl Broker {
+    /// Starts the broker's data path on top of a running control-plane node.
+    pub async fn start(
+        config: &BrokerConfig,
+        meta: MetaHandle,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Arc<Broker>> {
+        std::fs::create_dir_all(config.data_dir.join("streams"))?;
+        let registry = meta.registry();
+        Ok(Arc::new(Broker {
+            config: config.clone(),
+            queues: TenantQueues::new(config.pub_queue_depth),
+            meta,
+            metrics,
+            registry,
+            shards: Mutex::new(HashMap::new()),
+            next_sub_id: AtomicU64::new(1),
+            stopping: AtomicBool::new(false),
+        }))
+    }
+
+    /// Ready to serve: the control plane has a leader and the registry is loaded.
+    pub fn is_ready(&self) -> bool {
+        !self.stopping.load(Ordering::Acquire) && self.meta.is_ready()
+    }
+
+    /// The metrics this broker reports into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The largest frame a client may send.
+    pub fn max_frame_bytes(&self) -> usize {
+        self.config.max_frame_bytes
+    }
+
+    /// The broker's id.
+    pub fn broker_id(&self) -> u64 {
+        self.config.node_id
+    }
+
+    /// Tenants and their namespaces, from the local registry.
+    pub fn tenants(&self) -> BTreeMap<String, BTreeSet<String>> {
+        self.registry.borrow().tenants.clone()
+    }
+
+    async fn propose(&self, cmd: Command) -> Result<Applied, ErrorBody> {
+        self.meta.propose(cmd).await.map_err(meta_error)
+    }
+
+    pub async fn create_tenant(&self, name: &str) -> Result<(), ErrorBody> {
+        self.propose(Command::CreateTenant {
+            name: name.to_owned(),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn create_namespace(&self, tenant: &str, name: &str) -> Result<(), ErrorBody> {
+        self.propose(Command::CreateNamespace {
+            tenant: tenant.to_owned(),
+            name: name.to_owned(),
+        })
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn create_stream(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+        config: StreamConfig,
+    ) -> Result<StreamInfo, ErrorBody> {
+        let d = StreamSettings::default();
+        let settings = StreamSettings {
+            // The spec: a stream is ephemeral unless declared durable.
+            durability: if config.durable.unwrap_or(false) {
+                Durability::Durable
+            } else {
+                Durability::Ephemeral
+            },
+            consistency: config
+                .consistency
+                .as_deref()
+                .map(consistency)
+                .transpose()?
+                .unwrap_or_default(),
+            replicas: config.replicas.unwrap_or(1),
+            shards: config.shards.unwrap_or(1),
+            segment_bytes: config.segment_bytes.unwrap_or(self.config.segment_bytes),
+            segment_ms: config.segment_ms.unwrap_or(self.config.segment_ms),
+            retention_ms: limit(config.retention_ms).flatten(),
+            retention_bytes: limit(config.retention_bytes).flatten(),
+            hot_retention_ms: limit(config.hot_retention_ms).flatten(),
+            hot_retention_bytes: limit(config.hot_retention_bytes).flatten(),
+            tiered: config.tiered.unwrap_or(d.tiered),
+        };
+        self.propose(Command::CreateStream {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            settings,
+        })
+        .await?;
+        self.describe_stream(tenant, namespace, name).await
+    }
+
+    pub async fn alter_stream(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+        config: StreamConfig,
+    ) -> Result<StreamInfo, ErrorBody> {
+        if config.durable.is_some() {
+            return Err(err(
+                codes::INVALID_ARGUMENT,
+                "invalid_argument",
+                "durability cannot be changed on a live stream",
+            ));
+        }
+        let patch = StreamSettingsPatch {
+            consistency: config.consistency.as_deref().map(consistency).transpose()?,
+            replicas: config.replicas,
+            shards: config.shards,
+            segment_bytes: config.segment_bytes,
+            segment_ms: config.segment_ms,
+            retention_ms: limit(config.retention_ms),
+            retention_bytes: limit(config.retention_bytes),
+            hot_retention_ms: limit(config.hot_retention_ms),
+            hot_retention_bytes: limit(config.hot_retention_bytes),
+            tiered: config.tiered,
+        };
+        self.propose(Command::AlterStream {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            patch,
+            expected_version: None,
+        })
+        .await?;
+        let info = self.describe_stream(tenant, namespace, name).await?;
+        // Apply rolling and retention settings to open shard logs at once.
+        let shards: Vec<Arc<Shard>> = self
+            .shards
+            .lock()
+            .values()
+            .filter(|s| {
+                s.key.tenant == tenant && s.key.namespace == namespace && s.key.stream == name
+            })
+            .cloned()
+            .collect();
+        for shard in shards {
+            if let Some(log) = &shard.log {
+                let c = info.config.clone();
+                log.alter(|l| {
+                    l.segment_bytes = c.segment_bytes.unwrap_or(l.segment_bytes);
+                    l.segment_age = c.segment_ms.map(Duration::from_millis);
+                    l.retention.max_bytes = c.hot_retention_bytes.filter(|v| *v > 0);
+                    l.retention.max_age = c
+                        .hot_retention_ms
+                        .filter(|v| *v > 0)
+                        .map(Duration::from_millis);
+                });
+            }
+        }
+        Ok(info)
+    }
+
+    fn stream_settings(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(u64, StreamSettings), ErrorBody> {
+        let reg = self.registry.borrow();
+        if !reg.has_tenant(tenant) {
+            return Err(err(
+                codes::UNKNOWN_TENANT,
+                "unknown_tenant",
+                format!("unknown tenant {tenant:?}"),
+            ));
+        }
+        if !reg.has_namespace(tenant, namespace) {
+            return Err(err(
+                codes::UNKNOWN_NAMESPACE,
+                "unknown_namespace",
+                format!("unknown namespace {tenant}/{namespace}"),
+            ));
+        }
+        let s = reg.stream(tenant, namespace, name).ok_or_else(|| {
+            err(
+                codes::UNKNOWN_STREAM,
+                "unknown_stream",
+                format!("unknown stream {tenant}/{namespace}/{name}"),
+            )
+        })?;
+        Ok((s.version, s.settings.clone()))
+    }
+
+    fn info(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+        version: u64,
+        settings: &StreamSettings,
+    ) -> StreamInfo {
+        let shards = (0..settings.shards)
+            .filter_map(|k| {
+                let key = ShardKey {
+                    tenant: tenant.to_owned(),
+                    namespace: namespace.to_owned(),
+                    stream: name.to_owned(),
+                    shard: k,
+                };
+                let shard = self.shards.lock().get(&key).cloned()?;
+                let (first, next) = match &shard.log {
+                    Some(log) => (log.first_offset(), log.committed_offset()),
+                    None => (0, shard.ephemeral_next.load(Ordering::Acquire)),
+                };
+                Some(ShardInfo {
+                    shard: k,
+                    first_offset: first,
+                    next_offset: next,
+                })
+            })
+            .collect();
+        StreamInfo {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            version,
+            config: settings_to_config(settings),
+            shards,
+        }
+    }
+
+    pub async fn describe_stream(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<StreamInfo, ErrorBody> {
+        let (version, settings) = self.stream_settings(tenant, namespace, name)?;
+        Ok(self.info(tenant, namespace, name, version, &settings))
+    }
+
+    pub async fn list_streams(
+        &self,
+        tenant: &str,
+        namespace: &str,
+    ) -> Result<Vec<StreamInfo>, ErrorBody> {
+        let streams: Vec<_> = {
+            let reg = self.registry.borrow();
+            if !reg.has_tenant(tenant) {
+                return Err(err(
+                    codes::UNKNOWN_TENANT,
+                    "unknown_tenant",
+                    format!("unknown tenant {tenant:?}"),
+                ));
+            }
+            if !reg.has_namespace(tenant, namespace) {
+                return Err(err(
+                    codes::UNKNOWN_NAMESPACE,
+                    "unknown_namespace",
+                    format!("unknown namespace {tenant}/{namespace}"),
+                ));
+            }
+            reg.streams
+                .values()
+                .filter(|s| s.tenant == tenant && s.namespace == namespace)
+                .map(|s| (s.name.clone(), s.version, s.settings.clone()))
+                .collect()
+        };
+        Ok(streams
+            .iter()
+            .map(|(name, v, s)| self.info(tenant, namespace, name, *v, s))
+            .collect())
+    }
+
+    pub async fn delete_stream(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), ErrorBody> {
+        self.propose(Command::DeleteStream {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        })
+        .await?;
+        let removed: Vec<Arc<Shard>> = {
+            let mut shards = self.shards.lock();
+            let keys: Vec<ShardKey> = shards
+                .keys()
+                .filter(|k| k.tenant == tenant && k.namespace == namespace && k.stream == name)
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| shards.remove(k)).collect()
+        };
+        for s in &removed {
+            s.closed.store(true, Ordering::Release);
+            s.fanout.inner.lock().subscribers.clear();
+        }
+        drop(removed);
+        let dir = self.stream_dir(tenant, namespace, name);
+        if dir.exists()
+            && let Err(e) = std::fs::remove_dir_all(&dir)
+        {
+            warn!(dir = %dir.display(), error = %e, "could not remove a deleted stream's data");
+        }
+        Ok(())
+    }
+
+    fn stream_dir(&self, tenant: &str, namespace: &str, name: &str) -> PathBuf {
+        // Names are validated by the control plane ([A-Za-z0-9._-], never "." or ".."), so
+        // they are safe path components.
+        self.config
+            .data_dir
+            .join("streams")
+            .join(tenant)
+            .join(namespace)
+            .join(name)
+    }
+
+    /// The shard, opened on first use (recovering its log for a durable stream).
+    fn shard(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard: u32,
+    ) -> Result<(Arc<Shard>, StreamSettings), ErrorBody> {
+        let (_, settings) = self.stream_settings(tenant, namespace, stream)?;
+        if shard >= settings.shards {
+            return Err(err(
+                codes::UNKNOWN_SHARD,
+                "unknown_shard",
+                format!(
+                    "stream {tenant}/{namespace}/{stream} has {} shards; shard {shard} does not exist",
+                    settings.shards
+                ),
+            ));
+        }
+        let key = ShardKey {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            stream: stream.to_owned(),
+            shard,
+        };
+        let mut shards = self.shards.lock();
+        if let Some(s) = shards.get(&key) {
+            return Ok((s.clone(), settings));
+        }
+        let fanout = Arc::new(Fanout::default());
+        let closed = Arc::new(AtomicBool::new(false));
+        let log = if settings.durability == Durability::Durable {
+            let dir = self
+                .stream_dir(tenant, namespace, stream)
+                .join(shard.to_string());
+            let log = ShardLog::open(
+                &dir,
+                LogConfig {
+                    shard: key.to_string(),
+                    segment_bytes: settings.segment_bytes,
+                    segment_age: Some(Duration::from_millis(settings.segment_ms)),
+                    fsync: self.config.fsync_policy(),
+                    max_batch_bytes: self.config.max_batch_bytes,
+                    retention: felix_hot::RetentionPolicy {
+                        max_bytes: settings.hot_retention_bytes,
+                        max_age: settings.hot_retention_ms.map(Duration::from_millis),
+                    },
+                    ..LogConfig::default()
+                },
+            )
+            .map_err(|e| log_error(&e))?;
+            fanout.inner.lock().cursor = log.committed_offset();
+            tokio::spawn(follow_log(
+                log.clone(),
+                fanout.clone(),
+                closed.clone(),
+                self.metrics.clone(),
+            ));
+            info!(shard = %key, next_offset = log.next_offset(), "opened durable shard");
+            Some(log)
+        } else {
+            None
+        };
+        let s = Arc::new(Shard {
+            key: key.clone(),
+            log,
+            fanout,
+            ephemeral_next: AtomicU64::new(0),
+            closed,
+        });
+        shards.insert(key, s.clone());
+        Ok((s, settings))
+    }
+
+    /// Publishes the batches in `body` (one or more RecordBatch v2) to one shard. With
+    /// `AckMode::None` nothing is answered (`Ok(None)`); otherwise the first and last
+    /// offsets given.
+    pub async fn publish(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+        ack: AckMode,
+        body: Bytes,
+    ) -> Result<Option<(u64, u64)>, ErrorBody> {
+        let m = &self.metrics;
+        let t = Metrics::tenant(tenant);
+        m.publish_requests.get_or_create(&t).inc();
+        let result = self
+            .publish_inner(tenant, namespace, stream, shard_no, ack, body)
+            .await;
+        if let Err(e) = &result {
+            m.publish_errors
+                .get_or_create(&TenantReason {
+                    tenant: tenant.to_owned(),
+                    reason: e.reason.clone(),
+                })
+                .inc();
+        }
+        result
+    }
+
+    async fn publish_inner(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+        ack: AckMode,
+        body: Bytes,
+    ) -> Result<Option<(u64, u64)>, ErrorBody> {
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(err(
+                codes::SHARD_UNAVAILABLE,
+                "stopping",
+                "the broker is stopping",
+            )
+            .retry_after(1000));
+        }
+        let (shard, _) = self.shard(tenant, namespace, stream, shard_no)?;
+        // Validate every batch before anything is written: a bad request changes nothing.
+        let mut batches = Vec::new();
+        let mut records = 0u64;
+        for item in BatchIter::new(&body, self.config.max_batch_bytes) {
+            match item {
+                Ok((h, bytes)) => {
+                    records += h.records_count.max(0) as u64;
+                    batches.push((h, body.slice_ref(bytes)));
+                }
+                Err((pos, felix_wire::WireError::InvalidLength { length, .. }))
+                    if length as usize + 12 > self.config.max_batch_bytes =>
+                {
+                    return Err(err(
+                        codes::RECORD_TOO_LARGE,
+                        "record_too_large",
+                        format!(
+                            "batch at byte {pos} is {} bytes; the limit is {} (max_batch_bytes)",
+                            length + 12,
+                            self.config.max_batch_bytes
+                        ),
+                    ));
+                }
+                Err((pos, e)) => {
+                    return Err(err(
+                        codes::BAD_REQUEST,
+                        "invalid_batch",
+                        format!("batch at byte {pos}: {e}"),
+                    ));
+                }
+            }
+        }
+        if batches.is_empty() {
+            return Err(err(
+                codes::BAD_REQUEST,
+                "invalid_batch",
+                "a publish needs at least one record batch",
+            ));
+        }
+
+        // Backpressure: the tenant's own publish slots.
+        let slots = self.queues.of(tenant);
+        let commit_ack = ack == AckMode::Batch && self.config.ack_on_commit;
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                let action = match ack {
+                    AckMode::None => "shed",
+                    _ if commit_ack => "waited",
+                    _ => "rejected",
+                };
+                self.metrics
+                    .publish_queue_full
+                    .get_or_create(&TenantAction {
+                        tenant: tenant.to_owned(),
+                        action: action.to_owned(),
+                    })
+                    .inc();
+                let full = || {
+                    err(
+                        codes::OVERLOADED,
+                        "publish_queue_full",
+                        format!(
+                            "tenant {tenant}'s publish queue ({} slots) is full",
+                            self.queues.depth
+                        ),
+                    )
+                    .retry_after(50)
+                };
+                match action {
+                    "waited" => {
+                        let wait = Duration::from_millis(self.config.publish_queue_wait_timeout_ms);
+                        match tokio::time::timeout(wait, slots.acquire_owned()).await {
+                            Ok(Ok(p)) => p,
+                            _ => return Err(full()),
+                        }
+                    }
+                    "shed" => return Ok(None),
+                    _ => return Err(full()),
+                }
+            }
+        };
+        let bytes_len = body.len() as u64;
+        let result = match &shard.log {
+            Some(log) => self.publish_durable(log, batches, ack).await,
+            None => Ok(self.publish_ephemeral(&shard, batches)),
+        };
+        drop(permit);
+        if result.is_ok() {
+            let t = Metrics::tenant(tenant);
+            self.metrics
+                .publish_records
+                .get_or_create(&t)
+                .inc_by(records);
+            self.metrics
+                .publish_bytes
+                .get_or_create(&t)
+                .inc_by(bytes_len);
+        }
+        match (ack, result) {
+            (AckMode::None, _) => Ok(None),
+            (_, r) => r.map(Some),
+        }
+    }
+
+    async fn publish_durable(
+        &self,
+        log: &ShardLog,
+        batches: Vec<(BatchHeader, Bytes)>,
+        ack: AckMode,
+    ) -> Result<(u64, u64), ErrorBody> {
+        let mut tickets = Vec::with_capacity(batches.len());
+        for (_, bytes) in batches {
+            tickets.push(
+                log.append(bytes.to_vec())
+                    .await
+                    .map_err(|e| log_error(&e))?,
+            );
+        }
+        let first = tickets.first().map_or(0, |t| t.base_offset);
+        let last = tickets.last().map_or(0, |t| t.last_offset);
+        if ack == AckMode::Batch && self.config.ack_on_commit {
+            for t in tickets {
+                t.committed().await.map_err(|e| log_error(&e))?;
+            }
+        } else {
+            // Answered on enqueue: a later write failure can only be counted.
+            let metrics = self.metrics.clone();
+            let acked = ack == AckMode::Batch;
+            tokio::spawn(async move {
+                for t in tickets {
+                    if t.committed().await.is_err() && acked {
+                        metrics.acked_publishes_dropped.inc();
+                    }
+                }
+            });
+        }
+        Ok((first, last))
+    }
+
+    fn publish_ephemeral(&self, shard: &Shard, batches: Vec<(BatchHeader, Bytes)>) -> (u64, u64) {
+        let mut first = None;
+        let mut last = 0;
+        for (h, bytes) in batches {
+            let count = h.last_offset_delta as u64 + 1;
+            let base = shard.ephemeral_next.fetch_add(count, Ordering::AcqRel);
+            let mut owned = bytes.to_vec();
+            stamp_base_offset(&mut owned, base as i64);
+            first.get_or_insert(base);
+            last = base + count - 1;
+            shard.fanout.offer(
+                LiveBatch {
+                    first_offset: base,
+                    next_offset: base + count,
+                    bytes: Bytes::from(owned),
+                },
+                &self.metrics,
+            );
+        }
+        (first.unwrap_or(0), last)
+    }
+
+    /// Opens a subscription on one shard.
+    pub fn subscribe(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+        from: StartAt,
+    ) -> Result<Subscription, ErrorBody> {
+        let (shard, _) = self.shard(tenant, namespace, stream, shard_no)?;
+        let id = self.next_sub_id.fetch_add(1, Ordering::Relaxed);
+        let capacity = self.config.subscriber_queue_capacity.max(1);
+        let max_bytes = self.config.subscriber_queue_max_bytes;
+        let Some(log) = &shard.log else {
+            // Ephemeral: live only.
+            let (q, queue) = sub_queue(id, capacity, max_bytes, tenant, false);
+            let live = {
+                let mut inner = shard.fanout.inner.lock();
+                inner.subscribers.push(q);
+                shard.ephemeral_next.load(Ordering::Acquire)
+            };
+            return Ok(Subscription {
+                start_offset: live,
+                live_offset: live,
+                state: SubState::Ephemeral {
+                    shard: shard.clone(),
+                    queue,
+                    id,
+                },
+            });
+        };
+        let live = shard.fanout.inner.lock().cursor;
+        let first = log.first_offset();
+        let start = match from {
+            StartAt::Earliest => first,
+            StartAt::Latest => live,
+            StartAt::Offset(o) => {
+                if o < first || o > live {
+                    return Err(err(
+                        codes::OFFSET_OUT_OF_RANGE,
+                        "offset_out_of_range",
+                        format!("offset {o} is outside [{first}, {live}] on this shard"),
+                    ));
+                }
+                o
+            }
+            StartAt::Timestamp(ts) => log
+                .offset_for_time(ts)
+                .map_err(|e| log_error(&e))?
+                .unwrap_or(live)
+                .min(live),
+        };
+        Ok(Subscription {
+            start_offset: start,
+            live_offset: live,
+            state: SubState::Durable {
+                shard: shard.clone(),
+                pos: start,
+                queue: None,
+                id,
+                tenant: tenant.to_owned(),
+                capacity,
+                max_bytes,
+            },
+        })
+    }
+
+    /// Allocates an idempotent producer id from the control plane.
+    pub async fn producer_init(&self) -> Result<(i64, i16), ErrorBody> {
+        match self
+            .propose(Command::AllocateProducerIds { count: 1 })
+            .await?
+        {
+            Applied::ProducerIds { first, .. } => Ok((first, 0)),
+            other => Err(err(
+                codes::INTERNAL,
+                "internal",
+                format!("unexpected answer {other:?}"),
+            )),
+        }
+    }
+
+    /// Stops accepting publishes, ends subscriptions and flushes every durable shard.
+    pub async fn shutdown(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let shards: Vec<Arc<Shard>> = self.shards.lock().drain().map(|(_, s)| s).collect();
+        for s in &shards {
+            s.closed.store(true, Ordering::Release);
+            s.fanout.inner.lock().subscribers.clear();
+            if let Some(log) = &s.log
+                && let Err(e) = log.sync().await
+            {
+                warn!(shard = %s.key, error = %e, "final flush failed");
+            }
+        }
+    }
+}
+
+/// Follows a durable shard's log: offers every committed batch, in offset order, to the
+/// shard's live subscribers.
+async fn follow_log(
+    log: ShardLog,
+    fanout: Arc<Fanout>,
+    closed: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+) {
+    let mut committed = log.watch_committed();
+    let mut pending: VecDeque<LiveBatch> = VecDeque::new();
+    loop {
+        if closed.load(Ordering::Acquire) {
+            return;
+        }
+        let cursor = fanout.inner.lock().cursor;
+        if *committed.borrow() <= cursor {
+            if committed.changed().await.is_err() {
+                return;
+            }
+            continue;
+        }
+        let read = match log.read(cursor, 1 << 20, None) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(shard = log.shard(), error = %e, "fanout read failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+        };
+        if read.batches.is_empty() {
+            // A gap up to the committed end (nothing readable): move the cursor past it.
+            let mut inner = fanout.inner.lock();
+            inner.cursor = inner.cursor.max(read.next_offset);
+            continue;
+        }
+        let buf = Bytes::from(read.batches);
+        for item in BatchIter::new(&buf, usize::MAX) {
+            let Ok((h, bytes)) = item else { break };
+            pending.push_back(LiveBatch {
+                first_offset: h.base_offset as u64,
+                next_offset: h.last_offset() as u64 + 1,
+                bytes: buf.slice_ref(bytes),
+            });
+        }
+        while let Some(b) = pending.pop_front() {
+            fanout.offer(b, &metrics);
+        }
+        let mut inner = fanout.inner.lock();
+        inner.cursor = inner.cursor.max(read.next_offset);
+    }
+}

@@ -1,0 +1,419 @@
+//! The QUIC client protocol on the broker's side (docs/protocol.md): one bidirectional
+//! stream per request; `Hello` first; a subscription answers `SubscribeOk` and then streams
+//! `Event` frames on its own QUIC stream, so each subscriber has its own flow control and a
+//! stalled one blocks nobody.
+//!
+//! Bad input is answered, never fatal: an oversized or malformed frame gets a typed error on
+//! its own stream and the connection's other streams carry on; a client that disconnects
+//! mid-request has nothing applied, because a request is acted on only once its whole frame
+//! has arrived.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use bytes::Bytes;
+use felix_wire::BatchHeader;
+use felix_wire::protocol::{
+    ErrorBody, Event, Frame, FrameError, FrameKind, PROTOCOL_VERSION, Request, Response, codes,
+    features,
+};
+use tokio::sync::watch;
+use tracing::debug;
+
+use crate::broker::{Broker, SubEvent};
+use crate::metrics::Metrics;
+
+/// Accepts connections until `shutdown` turns true.
+pub async fn serve_quic(
+    endpoint: quinn::Endpoint,
+    broker: Arc<Broker>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => {
+                    tokio::spawn(handle_connection(incoming, broker.clone()));
+                }
+                None => return,
+            },
+            _ = shutdown.wait_for(|s| *s) => {
+                endpoint.close(0u32.into(), b"broker stopping");
+                return;
+            }
+        }
+    }
+}
+
+struct ConnGuard(Arc<Metrics>);
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        self.0.connections_active.dec();
+    }
+}
+
+/// Per-connection protocol state.
+struct Session {
+    hello: AtomicBool,
+    features: AtomicU64,
+}
+
+async fn handle_connection(incoming: quinn::Incoming, broker: Arc<Broker>) {
+    let conn = match incoming.await {
+        Ok(c) => c,
+        Err(e) => {
+            debug!(error = %e, "QUIC handshake failed");
+            return;
+        }
+    };
+    broker.metrics().connections_active.inc();
+    let _guard = ConnGuard(broker.metrics().clone());
+    let session = Arc::new(Session {
+        hello: AtomicBool::new(false),
+        features: AtomicU64::new(0),
+    });
+    loop {
+        match conn.accept_bi().await {
+            Ok((send, recv)) => {
+                tokio::spawn(handle_stream(send, recv, broker.clone(), session.clone()));
+            }
+            Err(e) => {
+                debug!(remote = %conn.remote_address(), error = %e, "connection closed");
+                return;
+            }
+        }
+    }
+}
+
+enum ReadError {
+    /// The peer went away or reset the stream: nothing to answer.
+    Gone,
+    Frame(FrameError),
+}
+
+async fn read_frame(recv: &mut quinn::RecvStream, max: usize) -> Result<Frame, ReadError> {
+    let mut len = [0u8; 4];
+    recv.read_exact(&mut len)
+        .await
+        .map_err(|_| ReadError::Gone)?;
+    let n = u32::from_be_bytes(len) as usize;
+    if n > max {
+        return Err(ReadError::Frame(FrameError::TooLarge { len: n, max }));
+    }
+    let mut buf = vec![0u8; 4 + n];
+    buf[..4].copy_from_slice(&len);
+    recv.read_exact(&mut buf[4..])
+        .await
+        .map_err(|_| ReadError::Gone)?;
+    Frame::decode(&buf, max)
+        .map(|(f, _)| f)
+        .map_err(ReadError::Frame)
+}
+
+async fn respond(send: &mut quinn::SendStream, response: &Response) -> bool {
+    let frame = Frame::new(FrameKind::Response, response, Bytes::new());
+    send.write_all(&frame.encode()).await.is_ok()
+}
+
+fn error(code: u16, reason: &str, message: impl Into<String>) -> Response {
+    Response::Error(ErrorBody::new(code, reason, message))
+}
+
+/// Records in a buffer of stored batches, from their headers only (they were CRC-checked
+/// when read from the log).
+fn count_records(buf: &[u8]) -> u64 {
+    let mut n = 0u64;
+    let mut at = 0;
+    while at < buf.len() {
+        let Ok(h) = BatchHeader::parse(&buf[at..]) else {
+            break;
+        };
+        n += h.records_count.max(0) as u64;
+        at += h.total_len().max(1);
+    }
+    n
+}
+
+async fn handle_stream(
+    mut send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    broker: Arc<Broker>,
+    session: Arc<Session>,
+) {
+    let max = broker_max_frame(&broker);
+    let frame = match read_frame(&mut recv, max).await {
+        Ok(f) => f,
+        Err(ReadError::Gone) => return,
+        Err(ReadError::Frame(e)) => {
+            broker.metrics().frames_rejected.inc();
+            let (code, reason) = match e {
+                FrameError::TooLarge { .. } => (codes::FRAME_TOO_LARGE, "frame_too_large"),
+                _ => (codes::BAD_REQUEST, "malformed_frame"),
+            };
+            let _ = recv.stop(0u32.into());
+            respond(&mut send, &error(code, reason, e.to_string())).await;
+            let _ = send.finish();
+            return;
+        }
+    };
+    let request: Request = match (frame.kind, frame.header::<Request>()) {
+        (FrameKind::Request, Ok(r)) => r,
+        (FrameKind::Request, Err(e)) => {
+            broker.metrics().frames_rejected.inc();
+            respond(
+                &mut send,
+                &error(codes::BAD_REQUEST, "malformed_request", e.to_string()),
+            )
+            .await;
+            let _ = send.finish();
+            return;
+        }
+        (kind, _) => {
+            broker.metrics().frames_rejected.inc();
+            respond(
+                &mut send,
+                &error(
+                    codes::BAD_REQUEST,
+                    "malformed_request",
+                    format!("expected a request frame, got {kind:?}"),
+                ),
+            )
+            .await;
+            let _ = send.finish();
+            return;
+        }
+    };
+    if !matches!(request, Request::Hello { .. }) && !session.hello.load(Ordering::Acquire) {
+        respond(
+            &mut send,
+            &error(
+                codes::BAD_REQUEST,
+                "hello_required",
+                "the first request of a connection must be hello",
+            ),
+        )
+        .await;
+        let _ = send.finish();
+        return;
+    }
+    let response = match request {
+        Request::Hello {
+            version,
+            features: offered,
+            ..
+        } => {
+            if version != PROTOCOL_VERSION {
+                error(
+                    codes::UNSUPPORTED_VERSION,
+                    "unsupported_version",
+                    format!(
+                        "this broker speaks protocol version {PROTOCOL_VERSION}, not {version}"
+                    ),
+                )
+            } else {
+                let agreed = offered & features::ALL;
+                session.features.store(agreed, Ordering::Release);
+                session.hello.store(true, Ordering::Release);
+                Response::HelloOk {
+                    version: PROTOCOL_VERSION,
+                    features: agreed,
+                    broker_id: broker.broker_id(),
+                }
+            }
+        }
+        Request::CreateTenant { name } => done(broker.create_tenant(&name).await),
+        Request::CreateNamespace { tenant, name } => {
+            done(broker.create_namespace(&tenant, &name).await)
+        }
+        Request::CreateStream {
+            tenant,
+            namespace,
+            name,
+            config,
+        } => stream(
+            broker
+                .create_stream(&tenant, &namespace, &name, config)
+                .await,
+        ),
+        Request::AlterStream {
+            tenant,
+            namespace,
+            name,
+            config,
+        } => stream(
+            broker
+                .alter_stream(&tenant, &namespace, &name, config)
+                .await,
+        ),
+        Request::DescribeStream {
+            tenant,
+            namespace,
+            name,
+        } => stream(broker.describe_stream(&tenant, &namespace, &name).await),
+        Request::ListStreams { tenant, namespace } => {
+            match broker.list_streams(&tenant, &namespace).await {
+                Ok(streams) => Response::Streams { streams },
+                Err(e) => Response::Error(e),
+            }
+        }
+        Request::DeleteStream {
+            tenant,
+            namespace,
+            name,
+        } => done(broker.delete_stream(&tenant, &namespace, &name).await),
+        Request::Publish {
+            tenant,
+            namespace,
+            stream,
+            shard,
+            ack,
+        } => match broker
+            .publish(&tenant, &namespace, &stream, shard, ack, frame.body)
+            .await
+        {
+            Ok(Some((base_offset, last_offset))) => Response::Published {
+                shard,
+                base_offset,
+                last_offset,
+            },
+            Ok(None) => Response::Done {},
+            Err(e) => Response::Error(e),
+        },
+        Request::Subscribe {
+            tenant,
+            namespace,
+            stream,
+            shard,
+            from,
+        } => {
+            let lagged_feature =
+                session.features.load(Ordering::Acquire) & features::SUBSCRIPTION_LAGGED != 0;
+            serve_subscription(
+                &mut send,
+                &broker,
+                &tenant,
+                &namespace,
+                &stream,
+                shard,
+                from,
+                lagged_feature,
+            )
+            .await;
+            let _ = send.finish();
+            return;
+        }
+        Request::ProducerInit {} => match broker.producer_init().await {
+            Ok((producer_id, epoch)) => Response::ProducerId { producer_id, epoch },
+            Err(e) => Response::Error(e),
+        },
+    };
+    respond(&mut send, &response).await;
+    let _ = send.finish();
+}
+
+fn broker_max_frame(broker: &Broker) -> usize {
+    broker.max_frame_bytes()
+}
+
+fn done(r: Result<(), ErrorBody>) -> Response {
+    match r {
+        Ok(()) => Response::Done {},
+        Err(e) => Response::Error(e),
+    }
+}
+
+fn stream(r: Result<felix_wire::protocol::StreamInfo, ErrorBody>) -> Response {
+    match r {
+        Ok(stream) => Response::Stream { stream },
+        Err(e) => Response::Error(e),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve_subscription(
+    send: &mut quinn::SendStream,
+    broker: &Broker,
+    tenant: &str,
+    namespace: &str,
+    stream: &str,
+    shard: u32,
+    from: felix_wire::protocol::StartAt,
+    announce_lag: bool,
+) {
+    let mut sub = match broker.subscribe(tenant, namespace, stream, shard, from) {
+        Ok(s) => s,
+        Err(e) => {
+            respond(send, &Response::Error(e)).await;
+            return;
+        }
+    };
+    let metrics = broker.metrics().clone();
+    metrics.subscriptions_active.inc();
+    let _guard = SubGuard(metrics.clone());
+    if !respond(
+        send,
+        &Response::SubscribeOk {
+            start_offset: sub.start_offset,
+            live_offset: sub.live_offset,
+        },
+    )
+    .await
+    {
+        return;
+    }
+    let tenant_label = Metrics::tenant(tenant);
+    loop {
+        let end = match sub.next().await {
+            SubEvent::Batches(b) => {
+                let records = count_records(&b.bytes);
+                let frame = Frame::new(
+                    FrameKind::Event,
+                    &Event::Records {
+                        first_offset: b.first_offset,
+                        next_offset: b.next_offset,
+                    },
+                    b.bytes,
+                );
+                if send.write_all(&frame.encode()).await.is_err() {
+                    return; // the subscriber went away
+                }
+                metrics
+                    .sub_delivered_records
+                    .get_or_create(&tenant_label)
+                    .inc_by(records);
+                continue;
+            }
+            SubEvent::Lagged { resume_offset } => {
+                let mut body = ErrorBody::new(
+                    codes::SUBSCRIPTION_LAGGED,
+                    "subscription_lagged",
+                    format!(
+                        "the subscriber fell behind live delivery; resume from offset {resume_offset}"
+                    ),
+                );
+                body.resume_offset = Some(resume_offset);
+                if !announce_lag {
+                    // A client without the feature sees the stream end; the offsets it has
+                    // seen tell it where to resume.
+                    return;
+                }
+                body
+            }
+            SubEvent::Closed => ErrorBody::new(
+                codes::SHARD_UNAVAILABLE,
+                "shard_closed",
+                "the shard was closed (stream deleted or broker stopping)",
+            ),
+        };
+        let frame = Frame::new(FrameKind::Event, &Event::End(end), Bytes::new());
+        let _ = send.write_all(&frame.encode()).await;
+        return;
+    }
+}
+
+struct SubGuard(Arc<Metrics>);
+impl Drop for SubGuard {
+    fn drop(&mut self) {
+        self.0.subscriptions_active.dec();
+    }
+}

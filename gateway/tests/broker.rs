@@ -1,0 +1,14 @@
+//! The broker's promises on a real `felix` process over real QUIC on loopback: durability
+//! across SIGKILL, ordering through batching and fanout, lag isolation, catch-up, tenant
+//! backpressure, bad input, and the `felixctl` tool. One binary; each area is a module
+//! under `tests/broker/`, sharing the process harness in `common`.
+
+mod broker {
+    mod backpressure;
+    mod bad_input;
+    mod common;
+    mod durability;
+    mod fanout;
+    mod felixctl;
+    mod ordering;
+}

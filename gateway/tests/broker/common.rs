@@ -1,0 +1,351 @@
+//! The harness: a real `felix` process on free loopback ports with its own temp data dir,
+//! its stderr in `broker.log` beside the data. It is killed with SIGKILL (never asked to
+//! stop) and restarted on the same data dir and ports. When a test fails the temp dir is
+//! kept and the log's path and tail are printed.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use felix_client::{Client, ClientConfig, Event, StreamConfig, Subscription};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BIN: &str = env!("CARGO_BIN_EXE_felix");
+
+/// How long a broker may take to become ready (a debug build, a cold Raft start, 2 cores).
+const READY_WITHIN: Duration = Duration::from_secs(90);
+/// Generous bound on anything a test waits for; reaching it is a failure, not a timing check.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A free TCP port on loopback (the listener is dropped, so a race is possible but rare).
+fn free_tcp_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind an ephemeral TCP port")
+        .port()
+}
+
+/// A free UDP port on loopback, for QUIC.
+fn free_udp_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("bind an ephemeral UDP port")
+        .port()
+}
+
+/// How a broker is started: flags and environment beyond the addresses and data dir.
+#[derive(Default, Clone)]
+pub struct BrokerOptions {
+    fsync: Option<String>,
+    ack_on_commit: Option<bool>,
+    env: Vec<(String, String)>,
+}
+
+impl BrokerOptions {
+    pub fn new() -> BrokerOptions {
+        BrokerOptions::default()
+    }
+    /// `--fsync on_commit|periodic`.
+    pub fn fsync(mut self, policy: &str) -> BrokerOptions {
+        self.fsync = Some(policy.to_owned());
+        self
+    }
+    /// `--ack-on-commit true|false`.
+    #[allow(dead_code)]
+    pub fn ack_on_commit(mut self, on: bool) -> BrokerOptions {
+        self.ack_on_commit = Some(on);
+        self
+    }
+    /// A `FELIX_*` variable.
+    pub fn env(mut self, key: &str, value: impl ToString) -> BrokerOptions {
+        self.env.push((key.to_owned(), value.to_string()));
+        self
+    }
+}
+
+/// A `felix` broker process.
+pub struct Broker {
+    /// `None` once kept for a post-mortem.
+    dir: Option<tempfile::TempDir>,
+    root: PathBuf,
+    pub quic_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    internal_addr: SocketAddr,
+    options: BrokerOptions,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl Broker {
+    /// Starts a broker and waits until `/healthz` answers 200.
+    pub async fn start(options: BrokerOptions) -> Broker {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_owned();
+        let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let mut broker = Broker {
+            dir: Some(dir),
+            root,
+            quic_addr: loopback(free_udp_port()),
+            admin_addr: loopback(free_tcp_port()),
+            internal_addr: loopback(free_tcp_port()),
+            options,
+            child: None,
+            starts: 0,
+        };
+        broker.spawn_and_wait().await;
+        broker
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.join("data")
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.root.join("broker.log")
+    }
+
+    async fn spawn_and_wait(&mut self) {
+        assert!(self.child.is_none(), "broker already running");
+        self.starts += 1;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("broker log file");
+        {
+            use std::io::Write;
+            let mut l = &log;
+            let _ = writeln!(l, "===== test harness: start #{} =====", self.starts);
+        }
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--data-dir")
+            .arg(self.data_dir())
+            .args(["--quic-addr", &self.quic_addr.to_string()])
+            .args(["--admin-addr", &self.admin_addr.to_string()])
+            .args(["--internal-addr", &self.internal_addr.to_string()]);
+        if let Some(f) = &self.options.fsync {
+            cmd.args(["--fsync", f]);
+        }
+        if let Some(a) = self.options.ack_on_commit {
+            cmd.args(["--ack-on-commit", &a.to_string()]);
+        }
+        // Only this test's settings: nothing inherited from the environment running the tests.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("FELIX_") {
+                cmd.env_remove(k);
+            }
+        }
+        cmd.env("FELIX_LOG", "info,openraft=warn")
+            .envs(self.options.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        let child = cmd.spawn().expect("spawn the felix binary");
+        self.child = Some(child);
+        self.wait_ready().await;
+    }
+
+    async fn wait_ready(&mut self) {
+        let deadline = Instant::now() + READY_WITHIN;
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                self.child = None;
+                panic!(
+                    "felix exited with {status} before it was ready; log at {}",
+                    self.log_path().display()
+                );
+            }
+            if let Ok((200, _)) = http_get(self.admin_addr, "/healthz").await {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "felix not ready within {READY_WITHIN:?}; log at {}",
+                self.log_path().display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGKILLs the broker and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill(); // SIGKILL on unix
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the broker again on the same data dir and ports.
+    pub async fn restart(&mut self) {
+        self.kill();
+        self.spawn_and_wait().await;
+    }
+
+    /// A client with the default configuration (loopback needs no CA).
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.quic_addr.to_string(), ClientConfig::default())
+            .await
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.quic_addr))
+    }
+
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let (status, body) = http_get(self.admin_addr, "/metrics")
+            .await
+            .expect("GET /metrics");
+        assert_eq!(status, 200, "GET /metrics answered {status}: {body}");
+        body
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking()
+            && let Some(dir) = self.dir.take()
+        {
+            let kept = dir.keep();
+            let log = kept.join("broker.log");
+            eprintln!(
+                "---- broker log kept at {} (tail follows) ----",
+                log.display()
+            );
+            eprintln!("{}", tail(&log, 60));
+        }
+    }
+}
+
+/// The last `n` lines of a file.
+fn tail(path: &Path, n: usize) -> String {
+    let Ok(f) = std::fs::File::open(path) else {
+        return String::from("(no log)");
+    };
+    let lines: Vec<String> = BufReader::new(f).lines().map_while(Result::ok).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A plain HTTP/1.1 GET: the status and body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let fut = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| std::io::Error::other(format!("not an HTTP response: {text:?}")))?;
+        let body = text
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        Ok((status, body))
+    };
+    tokio::time::timeout(Duration::from_secs(5), fut)
+        .await
+        .unwrap_or_else(|_| Err(std::io::Error::other("HTTP GET timed out")))
+}
+
+/// The lines of a metrics text for `name` (with or without labels), e.g.
+/// `felix_tenant_publish_queue_full_total{tenant="a",action="waited"} 3`.
+pub fn metric_lines<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|r| r.starts_with('{') || r.starts_with(' '))
+        })
+        .collect()
+}
+
+/// The value at the end of a metric line.
+pub fn metric_value(line: &str) -> f64 {
+    line.rsplit(' ')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("metric line without a value: {line}"))
+}
+
+/// Creates tenant, namespace and a durable stream of `shards` shards.
+pub async fn durable_stream(client: &Client, tenant: &str, ns: &str, stream: &str, shards: u32) {
+    client.create_tenant(tenant).await.expect("create tenant");
+    client
+        .create_namespace(tenant, ns)
+        .await
+        .expect("create namespace");
+    client
+        .create_stream(
+            tenant,
+            ns,
+            stream,
+            StreamConfig {
+                durable: Some(true),
+                shards: Some(shards),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("create stream");
+}
+
+/// Reads events until one at or past `end_offset - 1` (i.e. all offsets below `end_offset`
+/// were offered), failing after [`PATIENCE`] or on any error.
+pub async fn read_until(sub: &mut Subscription, end_offset: u64, what: &str) -> Vec<Event> {
+    let mut out: Vec<Event> = Vec::new();
+    if end_offset == 0 {
+        return out;
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let ev = tokio::time::timeout_at(deadline, sub.next_event())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "{what}: only {} events (last offset {:?}) after {PATIENCE:?}, waiting for offset {}",
+                    out.len(),
+                    out.last().map(|e| e.offset),
+                    end_offset - 1
+                )
+            });
+        match ev {
+            Ok(Some(e)) => {
+                let done = e.offset + 1 >= end_offset;
+                out.push(e);
+                if done {
+                    return out;
+                }
+            }
+            Ok(None) => panic!(
+                "{what}: subscription ended after {} events (last offset {:?}) before offset {}",
+                out.len(),
+                out.last().map(|e| e.offset),
+                end_offset - 1
+            ),
+            Err(e) => panic!(
+                "{what}: subscription failed after {} events (last offset {:?}): {e:?}",
+                out.len(),
+                out.last().map(|e| e.offset)
+            ),
+        }
+    }
+}
+
+/// Asserts offsets run `from, from+1, ...` with nothing skipped or repeated.
+pub fn assert_contiguous(events: &[Event], from: u64, what: &str) {
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(
+            e.offset,
+            from + i as u64,
+            "{what}: event #{i} has offset {} (expected {}): a gap or a duplicate",
+            e.offset,
+            from + i as u64
+        );
+    }
+}

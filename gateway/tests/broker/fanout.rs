@@ -1,0 +1,178 @@
+//! Fanout fairness (spec: "Fanout Fairness", "Slow Subscriber Behavior"): a stalled
+//! subscriber lags alone. Its QUIC stream fills, then its small queue, then it is dropped from
+//! and — the stream being durable — ended with `subscription_lagged` after what was queued;
+//! a fast subscriber beside it receives everything; resubscribing from the resume offset
+//! yields the rest with no gap.
+
+use bytes::Bytes;
+use felix_client::{AckMode, ClientError, Message, StartAt};
+
+use super::common::{
+    Broker, BrokerOptions, PATIENCE, assert_contiguous, durable_stream, metric_lines, metric_value,
+    read_until,
+};
+
+const TENANT: &str = "fanout";
+const NS: &str = "ns";
+const STREAM: &str = "wide";
+/// Records per batch and bytes per record: 256 KiB a batch.
+const PER_BATCH: usize = 32;
+const RECORD_BYTES: usize = 8 * 1024;
+/// A stalled subscriber must lag well before this much is published (its QUIC stream window,
+/// 16 MiB at most, plus a 4-slot queue).
+const MAX_PUBLISHED: usize = 160 * 1024 * 1024;
+/// Batches published after the lag was seen, so the resumed subscription has live records too.
+const AFTER_LAG: u64 = 8;
+
+fn record(offset_hint: u64, i: usize) -> Bytes {
+    let mut v = format!("b{offset_hint}-r{i}:").into_bytes();
+    v.resize(RECORD_BYTES, b'a' + (i % 26) as u8);
+    Bytes::from(v)
+}
+
+async fn lagged_subscriptions(broker: &Broker) -> f64 {
+    let text = broker.metrics().await;
+    metric_lines(&text, "felix_sub_lagged_total")
+        .iter()
+        .filter(|l| l.contains(&format!("tenant=\"{TENANT}\"")))
+        .map(|l| metric_value(l))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_subscriber_lags_alone_and_resumes_without_loss() {
+    let broker =
+        Broker::start(BrokerOptions::new().env("FELIX_SUBSCRIBER_QUEUE_CAPACITY", 4)).await;
+    let publisher = broker.client().await;
+    durable_stream(&publisher, TENANT, NS, STREAM, 1).await;
+
+    // Each subscriber on a connection of its own, so the stalled one's unread bytes hold no
+    // connection-level credit the fast one needs.
+    let fast_client = broker.client().await;
+    let stalled_client = broker.client().await;
+    let mut fast = fast_client
+        .subscribe(TENANT, NS, STREAM, 0, StartAt::Earliest)
+        .await
+        .expect("fast subscribe");
+    let mut stalled = stalled_client
+        .subscribe(TENANT, NS, STREAM, 0, StartAt::Earliest)
+        .await
+        .expect("stalled subscribe");
+
+    // Publish until the broker reports the stalled subscription lagged. The publisher waits
+    // for the fast subscriber to have each batch before the next one, so the fast one is never
+    // more than a batch behind: if the stalled subscriber held anything up, this would hang.
+    let mut fast_events = Vec::new();
+    let mut payloads: Vec<Bytes> = Vec::new();
+    let mut lag_seen_at: Option<u64> = None;
+    let mut b = 0u64;
+    loop {
+        let batch: Vec<Bytes> = (0..PER_BATCH).map(|i| record(b, i)).collect();
+        let messages = batch.iter().cloned().map(Message::new).collect();
+        let published = publisher
+            .publish_batch(TENANT, NS, STREAM, messages, AckMode::Batch)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("publish of batch {b} failed (publishers never wait for subscribers): {e:?}")
+            });
+        assert_eq!(
+            published[0].base_offset,
+            payloads.len() as u64,
+            "offsets are dense"
+        );
+        payloads.extend(batch);
+        let got = read_until(&mut fast, payloads.len() as u64, "fast subscriber").await;
+        fast_events.extend(got);
+        b += 1;
+
+        match lag_seen_at {
+            Some(at) if b >= at + AFTER_LAG => break,
+            Some(_) => {}
+            None if b.is_multiple_of(4) && lagged_subscriptions(&broker).await >= 1.0 => {
+                lag_seen_at = Some(b)
+            }
+            None => assert!(
+                payloads.len() * RECORD_BYTES < MAX_PUBLISHED,
+                "{} MiB published and the stalled subscriber never lagged",
+                payloads.len() * RECORD_BYTES >> 20
+            ),
+        }
+    }
+    let end = payloads.len() as u64;
+    eprintln!(
+        "lag reported after {} batches ({} MiB); {end} records published",
+        lag_seen_at.unwrap_or_default(),
+        (lag_seen_at.unwrap_or_default() as usize * PER_BATCH * RECORD_BYTES) >> 20
+    );
+
+    // The fast subscriber got everything, in order, and was never ended.
+    assert_eq!(fast_events.len() as u64, end);
+    assert_contiguous(&fast_events, 0, "fast subscriber");
+    for e in &fast_events {
+        assert_eq!(
+            e.payload, payloads[e.offset as usize],
+            "fast subscriber: offset {}",
+            e.offset
+        );
+    }
+
+    // The stalled subscriber now reads: what was queued before the drop, then the lag.
+    let mut before_lag = Vec::new();
+    let resume_offset = loop {
+        match tokio::time::timeout(PATIENCE, stalled.next_event()).await {
+            Err(_) => panic!(
+                "stalled subscriber: no lag after {} events (last offset {:?})",
+                before_lag.len(),
+                before_lag.last().map(|e: &felix_client::Event| e.offset)
+            ),
+            Ok(Ok(Some(e))) => before_lag.push(e),
+            Ok(Err(ClientError::SubscriptionLagged { resume_offset })) => break resume_offset,
+            Ok(other) => panic!(
+                "stalled subscriber: expected events then SubscriptionLagged, got {other:?} after {} events",
+                before_lag.len()
+            ),
+        }
+    };
+    eprintln!(
+        "stalled subscriber: {} records before subscription_lagged, resume at {resume_offset}",
+        before_lag.len()
+    );
+    assert!(
+        resume_offset < end,
+        "resume offset {resume_offset} is inside what was published ({end})"
+    );
+    assert_contiguous(&before_lag, 0, "stalled subscriber before the lag");
+    assert_eq!(
+        before_lag.len() as u64,
+        resume_offset,
+        "stalled subscriber: the resume offset is the first record it did not get"
+    );
+    for e in &before_lag {
+        assert_eq!(
+            e.payload, payloads[e.offset as usize],
+            "stalled subscriber: offset {}",
+            e.offset
+        );
+    }
+
+    // Resuming from there yields the rest, with no gap.
+    let mut resumed = stalled_client
+        .subscribe(TENANT, NS, STREAM, 0, StartAt::Offset(resume_offset))
+        .await
+        .expect("resubscribe from the resume offset");
+    assert_eq!(resumed.start_offset(), resume_offset);
+    let rest = read_until(&mut resumed, end, "resumed subscriber").await;
+    assert_contiguous(&rest, resume_offset, "resumed subscriber");
+    assert_eq!(rest.len() as u64, end - resume_offset);
+    for e in &rest {
+        assert_eq!(
+            e.payload, payloads[e.offset as usize],
+            "resumed subscriber: offset {}",
+            e.offset
+        );
+    }
+
+    // Only the stalled one lagged.
+    let lagged = lagged_subscriptions(&broker).await;
+    assert_eq!(lagged, 1.0, "exactly one subscription ended as lagged");
+}

@@ -1,0 +1,225 @@
+//! `felixctl` against a real broker: create a tenant, a namespace and a durable stream,
+//! publish stdin lines with `--output jsonl` (one acknowledgement line per input line, in
+//! input order, offsets increasing), and read them back with `subscribe --from earliest`.
+//!
+//! felixctl belongs to felix-client, so Cargo does not hand this binary its path: it is
+//! looked for beside the test's own target directory and built there when missing or older
+//! than its sources.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::SystemTime;
+
+use tokio::io::AsyncWriteExt;
+
+use super::common::{Broker, BrokerOptions, PATIENCE};
+
+/// The newest modification time of the files under `dir`.
+fn newest_under(dir: &Path) -> SystemTime {
+    let mut newest = SystemTime::UNIX_EPOCH;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return newest;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let t = if path.is_dir() {
+            newest_under(&path)
+        } else {
+            entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .unwrap_or(SystemTime::UNIX_EPOCH)
+        };
+        newest = newest.max(t);
+    }
+    newest
+}
+
+/// The path of a current `felixctl`, building it once if needed.
+fn felixctl() -> &'static Path {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        // The test runs as <target>/<profile>/deps/broker-<hash>; binaries sit in <profile>.
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("the target profile directory");
+        let path = profile_dir.join(format!("felixctl{}", std::env::consts::EXE_SUFFIX));
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .expect("the workspace root");
+        let sources = ["client", "wire"]
+            .iter()
+            .map(|c| newest_under(&workspace.join(c)))
+            .max()
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let built = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
+        if built.is_none_or(|b| b < sources) {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut cmd = std::process::Command::new(cargo);
+            cmd.args(["build", "-p", "felix-client", "--bin", "felixctl"])
+                .current_dir(workspace);
+            if profile_dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            eprintln!("building felixctl: {cmd:?}");
+            let status = cmd.status().expect("run cargo to build felixctl");
+            assert!(status.success(), "cargo build of felixctl failed: {status}");
+        }
+        assert!(path.exists(), "felixctl not found at {}", path.display());
+        path
+    })
+}
+
+struct Output {
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `felixctl --broker ADDR ARGS...` with `stdin`, requiring success.
+async fn run(broker: &Broker, args: &[&str], stdin: &[u8]) -> Output {
+    let mut cmd = tokio::process::Command::new(felixctl());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("FELIX_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd
+        .arg("--broker")
+        .arg(broker.quic_addr.to_string())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn felixctl");
+    let mut input = child.stdin.take().expect("felixctl stdin");
+    input
+        .write_all(stdin)
+        .await
+        .expect("write felixctl's stdin");
+    drop(input);
+    let out = tokio::time::timeout(PATIENCE, child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("felixctl {args:?} did not finish within {PATIENCE:?}"))
+        .expect("felixctl output");
+    let output = Output {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(
+        out.status.success(),
+        "felixctl {args:?} exited with {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        output.stdout,
+        output.stderr
+    );
+    output
+}
+
+fn json_lines(out: &Output, what: &str) -> Vec<serde_json::Value> {
+    out.stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| {
+                panic!(
+                    "{what}: not a JSON line ({e}): {l:?}\nstderr:\n{}",
+                    out.stderr
+                )
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
+    let broker = Broker::start(BrokerOptions::new()).await;
+    run(&broker, &["tenant", "create", "smoke"], b"").await;
+    run(&broker, &["namespace", "create", "smoke/ns"], b"").await;
+    let created = run(
+        &broker,
+        &["stream", "create", "smoke/ns/lines", "--durable"],
+        b"",
+    )
+    .await;
+    let info: serde_json::Value = serde_json::from_str(created.stdout.trim())
+        .unwrap_or_else(|e| panic!("stream create prints JSON ({e}): {}", created.stdout));
+    assert_eq!(info["name"], "lines", "{info}");
+    assert_eq!(info["config"]["durable"], true, "{info}");
+
+    let lines: Vec<String> = (1..=25)
+        .map(|i| format!("line {i}: {}", "é-\"quoted\"-".repeat(i % 4)))
+        .collect();
+    let input = lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    // Small batches, so several publishes carry the lines.
+    let published = run(
+        &broker,
+        &[
+            "publish",
+            "smoke/ns/lines",
+            "--output",
+            "jsonl",
+            "--batch-size",
+            "4",
+        ],
+        input.as_bytes(),
+    )
+    .await;
+    let acks = json_lines(&published, "publish --output jsonl");
+    assert_eq!(
+        acks.len(),
+        lines.len(),
+        "one line per input line:\n{}",
+        published.stdout
+    );
+    let mut last_offset = None;
+    for (i, ack) in acks.iter().enumerate() {
+        assert_eq!(
+            ack["line"],
+            i as u64 + 1,
+            "acknowledgements in input order: {ack}"
+        );
+        let offset = ack["offset"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("an offset: {ack}"));
+        assert!(
+            last_offset.is_none_or(|l| offset > l),
+            "offsets increase: {offset} after {last_offset:?}"
+        );
+        last_offset = Some(offset);
+    }
+
+    let count = lines.len().to_string();
+    let read = run(
+        &broker,
+        &[
+            "subscribe",
+            "smoke/ns/lines",
+            "--from",
+            "earliest",
+            "--count",
+            &count,
+            "--output",
+            "jsonl",
+        ],
+        b"",
+    )
+    .await;
+    let events = json_lines(&read, "subscribe --output jsonl");
+    assert_eq!(
+        events.len(),
+        lines.len(),
+        "--count {count} prints {count} records"
+    );
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["payload"], lines[i].as_str(), "record {i}: {e}");
+        assert_eq!(
+            e["offset"], acks[i]["offset"],
+            "record {i} at its acknowledged offset: {e}"
+        );
+        assert_eq!(e["shard"], 0, "{e}");
+    }
+}

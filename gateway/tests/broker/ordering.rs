@@ -1,0 +1,249 @@
+//! Message ordering (spec: "Message Ordering", "Disconnection Behavior"): order per shard
+//! holds through batching and fanout, every subscriber of a durable stream sees the same
+//! order, and a subscription that starts in the past replays history and joins live delivery
+//! with nothing skipped or repeated, even while publishers keep writing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use felix_client::{AckMode, Client, Event, Message, StartAt};
+use parking_lot::Mutex;
+
+use super::common::{
+    Broker, BrokerOptions, PATIENCE, assert_contiguous, durable_stream, read_until,
+};
+
+const NS: &str = "ns";
+const STREAM: &str = "ordered";
+
+/// `publisher`'s `n`-th message.
+fn numbered(publisher: usize, n: u64) -> String {
+    format!("p{publisher}-{n:07}")
+}
+
+fn parse_numbered(payload: &[u8]) -> (usize, u64) {
+    let s = std::str::from_utf8(payload).expect("utf-8 payload");
+    let (p, n) = s
+        .strip_prefix('p')
+        .and_then(|s| s.split_once('-'))
+        .unwrap_or_else(|| panic!("not a numbered payload: {s:?}"));
+    (p.parse().expect("publisher"), n.parse().expect("number"))
+}
+
+/// Publishes batches `batches` (each of `per_batch` numbered messages), one `publish_batch`
+/// at a time, and returns offset → payload of everything acknowledged.
+async fn publish_numbered(
+    client: Client,
+    tenant: &'static str,
+    publisher: usize,
+    batches: std::ops::Range<u64>,
+    per_batch: u64,
+) -> BTreeMap<u64, Bytes> {
+    let mut acked = BTreeMap::new();
+    for b in batches {
+        let payloads: Vec<Bytes> = (0..per_batch)
+            .map(|i| Bytes::from(numbered(publisher, b * per_batch + i)))
+            .collect();
+        let messages = payloads.iter().cloned().map(Message::new).collect();
+        let published = client
+            .publish_batch(tenant, NS, STREAM, messages, AckMode::Batch)
+            .await
+            .unwrap_or_else(|e| panic!("publisher {publisher}, batch {b}: {e:?}"));
+        assert_eq!(published.len(), 1, "one shard, one acknowledgement");
+        let p = published[0];
+        assert_eq!(
+            p.last_offset - p.base_offset + 1,
+            per_batch,
+            "a batch of {per_batch} records takes {per_batch} offsets"
+        );
+        for (i, pl) in payloads.into_iter().enumerate() {
+            acked.insert(p.offset_of(i), pl);
+        }
+    }
+    acked
+}
+
+/// Each publisher's numbers appear in the order it sent them, with none missing.
+fn assert_per_publisher_order(events: &[Event], publishers: usize, per_publisher: u64, what: &str) {
+    let mut next = vec![0u64; publishers];
+    for e in events {
+        let (p, n) = parse_numbered(&e.payload);
+        assert_eq!(
+            n, next[p],
+            "{what}: publisher {p}'s message {n} arrived at offset {} where {} was due",
+            e.offset, next[p]
+        );
+        next[p] += 1;
+    }
+    assert!(
+        next.iter().all(|&n| n == per_publisher),
+        "{what}: per-publisher counts {next:?}, expected {per_publisher} each"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn order_per_shard_holds_through_batching_and_fanout() {
+    const TENANT: &str = "order";
+    const PUBLISHERS: usize = 3;
+    const BATCHES: u64 = 25;
+    const PER_BATCH: u64 = 40;
+    let total = PUBLISHERS as u64 * BATCHES * PER_BATCH;
+
+    let broker = Broker::start(BrokerOptions::new()).await;
+    let client = broker.client().await;
+    durable_stream(&client, TENANT, NS, STREAM, 1).await;
+
+    // Live subscribers, before anything is published: two on connections of their own, two
+    // sharing the publishers' connection.
+    let mut clients = vec![client.clone()];
+    let mut readers = Vec::new();
+    for i in 0..4 {
+        let c = if i < 2 {
+            broker.client().await
+        } else {
+            client.clone()
+        };
+        let mut sub = c
+            .subscribe(TENANT, NS, STREAM, 0, StartAt::Latest)
+            .await
+            .expect("subscribe");
+        assert_eq!(sub.start_offset(), 0, "an empty stream's latest is 0");
+        clients.push(c);
+        readers.push(tokio::spawn(async move {
+            read_until(&mut sub, total, &format!("live subscriber {i}")).await
+        }));
+    }
+
+    let publishers: Vec<_> = (0..PUBLISHERS)
+        .map(|p| {
+            tokio::spawn(publish_numbered(
+                client.clone(),
+                TENANT,
+                p,
+                0..BATCHES,
+                PER_BATCH,
+            ))
+        })
+        .collect();
+    let mut acked = BTreeMap::new();
+    for p in publishers {
+        acked.extend(p.await.expect("publisher task"));
+    }
+    assert_eq!(
+        acked.len() as u64,
+        total,
+        "every record acknowledged at its own offset"
+    );
+    assert_eq!(acked.keys().next_back(), Some(&(total - 1)));
+
+    // A late subscriber replays the same shard from the log.
+    let mut late = client
+        .subscribe(TENANT, NS, STREAM, 0, StartAt::Earliest)
+        .await
+        .expect("subscribe from earliest");
+    let replayed = read_until(&mut late, total, "replaying subscriber").await;
+
+    let mut all = vec![("replaying subscriber".to_owned(), replayed)];
+    for (i, r) in readers.into_iter().enumerate() {
+        all.push((
+            format!("live subscriber {i}"),
+            r.await.expect("reader task"),
+        ));
+    }
+    for (what, events) in &all {
+        assert_eq!(events.len() as u64, total, "{what}: every record once");
+        assert_contiguous(events, 0, what);
+        assert_per_publisher_order(events, PUBLISHERS, BATCHES * PER_BATCH, what);
+        for e in events {
+            assert_eq!(
+                Some(&e.payload),
+                acked.get(&e.offset),
+                "{what}: offset {} holds what its publisher was told",
+                e.offset
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catch_up_from_earliest_joins_live_without_gap_or_duplicate() {
+    const TENANT: &str = "catchup";
+    const BEFORE: u64 = 2_000;
+    const PUBLISHERS: usize = 2;
+    const BATCHES: u64 = 60;
+    const PER_BATCH: u64 = 15;
+
+    let broker = Broker::start(BrokerOptions::new()).await;
+    let client = broker.client().await;
+    durable_stream(&client, TENANT, NS, STREAM, 1).await;
+
+    // History, written by a publisher of its own before the others start.
+    let history = publish_numbered(client.clone(), TENANT, PUBLISHERS, 0..BEFORE / 100, 100).await;
+    assert_eq!(history.len() as u64, BEFORE);
+
+    // Publishers keep writing while subscribers start from the earliest offset at successive
+    // points of the publishing, so their catch-up races live writes.
+    let acked = Arc::new(Mutex::new(history));
+    let publishers: Vec<_> = (0..PUBLISHERS)
+        .map(|p| {
+            let (client, acked) = (client.clone(), acked.clone());
+            tokio::spawn(async move {
+                for b in 0..BATCHES {
+                    let got =
+                        publish_numbered(client.clone(), TENANT, p, b..b + 1, PER_BATCH).await;
+                    acked.lock().extend(got);
+                }
+            })
+        })
+        .collect();
+
+    let mut subs = Vec::new();
+    for i in 0..3u64 {
+        let threshold = BEFORE + (i + 1) * 4 * PER_BATCH;
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while (acked.lock().len() as u64) < threshold {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "publishers stalled below {threshold} records"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let c = broker.client().await;
+        let sub = c
+            .subscribe(TENANT, NS, STREAM, 0, StartAt::Earliest)
+            .await
+            .expect("subscribe from earliest");
+        assert_eq!(
+            sub.start_offset(),
+            0,
+            "subscriber {i} starts at the first offset"
+        );
+        subs.push((c, sub));
+    }
+    for p in publishers {
+        p.await.expect("publisher task");
+    }
+    let acked = acked.lock().clone();
+    let end = BEFORE + PUBLISHERS as u64 * BATCHES * PER_BATCH;
+    assert_eq!(
+        acked.len() as u64,
+        end,
+        "every record acknowledged at its own offset"
+    );
+
+    for (i, (_c, mut sub)) in subs.into_iter().enumerate() {
+        let what = format!("subscriber {i} (live from {})", sub.live_offset());
+        let events = read_until(&mut sub, end, &what).await;
+        assert_eq!(events.len() as u64, end, "{what}: {end} records, each once");
+        assert_contiguous(&events, 0, &what);
+        for e in &events {
+            assert_eq!(
+                Some(&e.payload),
+                acked.get(&e.offset),
+                "{what}: offset {} holds what its publisher was told",
+                e.offset
+            );
+        }
+    }
+}
