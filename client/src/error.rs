@@ -15,7 +15,9 @@ use felix_wire::protocol::{ErrorBody, codes};
 
 use crate::tls::TlsError;
 
-/// An error from the Felix client.
+/// An error from the Felix client, split by what the caller should do about it (see the
+/// variants). [`ClientError::outcome_unknown`] tells whether a failed publish may still
+/// have been written.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The broker answered with an error (`ErrorBody::code` is one of

@@ -43,6 +43,7 @@ use tracing::{info, warn};
 
 use crate::config::BrokerConfig;
 use crate::metrics::{Metrics, TenantAction, TenantReason};
+use crate::producers::{ProducerTable, SeqCheck};
 
 fn err(code: u16, reason: &str, message: impl Into<String>) -> ErrorBody {
     ErrorBody::new(code, reason, message)
@@ -243,6 +244,9 @@ pub struct Shard {
     /// Ephemeral shards number batches themselves.
     ephemeral_next: AtomicU64,
     closed: Arc<AtomicBool>,
+    /// Idempotent producers' sequences (durable shards). Held across the check and the
+    /// enqueue of a publish, so two re-sends of one batch cannot both be appended.
+    producers: tokio::sync::Mutex<ProducerTable>,
 }
 
 /// Per-tenant publish slots: each tenant gets `depth` of its own, so one tenant's flood
@@ -336,6 +340,9 @@ impl Subscription {
                     }
                     if let Some(q) = queue {
                         return match q.recv().await {
+                            // Joined the fanout below the start offset: skip what lies
+                            // wholly before it.
+                            Some(Delivery::Batch(b)) if b.next_offset <= *pos => continue,
                             Some(Delivery::Batch(b)) => SubEvent::Batches(b),
                             Some(Delivery::Lagged { resume_offset }) => {
                                 SubEvent::Lagged { resume_offset }
@@ -804,6 +811,7 @@ impl Broker {
         }
         let fanout = Arc::new(Fanout::default());
         let closed = Arc::new(AtomicBool::new(false));
+        let mut producers = ProducerTable::default();
         let log = if settings.durability == Durability::Durable {
             let dir = self
                 .stream_dir(tenant, namespace, stream)
@@ -825,6 +833,7 @@ impl Broker {
             )
             .map_err(|e| log_error(&e))?;
             fanout.inner.lock().cursor = log.committed_offset();
+            producers = ProducerTable::rebuild(&log).map_err(|e| log_error(&e))?;
             tokio::spawn(follow_log(
                 log.clone(),
                 fanout.clone(),
@@ -842,6 +851,7 @@ impl Broker {
             fanout,
             ephemeral_next: AtomicU64::new(0),
             closed,
+            producers: tokio::sync::Mutex::new(producers),
         });
         shards.insert(key, s.clone());
         Ok((s, settings))
@@ -977,7 +987,7 @@ impl Broker {
         };
         let bytes_len = body.len() as u64;
         let result = match &shard.log {
-            Some(log) => self.publish_durable(log, batches, ack).await,
+            Some(log) => self.publish_durable(&shard, log, batches, ack).await,
             None => Ok(self.publish_ephemeral(&shard, batches)),
         };
         drop(permit);
@@ -1000,19 +1010,47 @@ impl Broker {
 
     async fn publish_durable(
         &self,
+        shard: &Shard,
         log: &ShardLog,
         batches: Vec<(BatchHeader, Bytes)>,
         ack: AckMode,
     ) -> Result<(u64, u64), ErrorBody> {
         let mut tickets = Vec::with_capacity(batches.len());
-        for (_, bytes) in batches {
-            tickets.push(
-                log.append(bytes.to_vec())
-                    .await
-                    .map_err(|e| log_error(&e))?,
-            );
+        let mut duplicate_range: Option<(u64, u64)> = None;
+        {
+            let mut producers = shard.producers.lock().await;
+            for (h, bytes) in batches {
+                match producers.check(&h) {
+                    SeqCheck::Append => {
+                        let ticket = log
+                            .append(bytes.to_vec())
+                            .await
+                            .map_err(|e| log_error(&e))?;
+                        producers.record(&h, ticket.base_offset, ticket.last_offset);
+                        tickets.push(ticket);
+                    }
+                    SeqCheck::Duplicate {
+                        base_offset,
+                        last_offset,
+                    } => {
+                        let r = duplicate_range.get_or_insert((base_offset, last_offset));
+                        r.1 = r.1.max(last_offset);
+                    }
+                    SeqCheck::Reject(e) => return Err(e),
+                }
+            }
         }
-        let first = tickets.first().map_or(0, |t| t.base_offset);
+        if tickets.is_empty() {
+            // Every batch was already in the log: answer with where it landed. A duplicate
+            // may still be on its way to disk, so wait for the log to commit past it.
+            let (first, last) = duplicate_range.unwrap_or((0, 0));
+            let mut committed = log.watch_committed();
+            let _ = committed.wait_for(|c| *c > last).await;
+            return Ok((first, last));
+        }
+        let first = duplicate_range
+            .map_or(u64::MAX, |d| d.0)
+            .min(tickets.first().map_or(u64::MAX, |t| t.base_offset));
         let last = tickets.last().map_or(0, |t| t.last_offset);
         if ack == AckMode::Batch && self.config.ack_on_commit {
             for t in tickets {
@@ -1086,7 +1124,11 @@ impl Broker {
                 },
             });
         };
-        let live = shard.fanout.inner.lock().cursor;
+        // The committed end, not the fanout's cursor: the fanout may not have caught up with
+        // a publish that was just acknowledged, and a replay sent right after the ack must
+        // find it. A start above the cursor joins live delivery at the cursor and skips
+        // what lies below its start.
+        let live = log.committed_offset();
         let first = log.first_offset();
         let start = match from {
             StartAt::Earliest => first,

@@ -65,7 +65,8 @@ pub struct BrokerConfig {
     pub internal_addr: SocketAddr,
     /// Where sealed segments will be tiered (`file://...`, `s3://...`). Recorded only.
     pub object_store: String,
-    /// PEM certificate chain of the QUIC listener; without it one is generated.
+    /// PEM certificate chain of the QUIC listener; without it (and `tls_key`) a CA and a
+    /// certificate are generated under `<data_dir>/tls`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_cert: Option<PathBuf>,
     /// PEM private key of `tls_cert`.
@@ -264,8 +265,9 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     pub object_store: Option<String>,
 
-    /// PEM certificate chain for the QUIC listener (needs --tls-key). Without it a
-    /// self-signed certificate is generated in the data directory. Env: FELIX_TLS_CERT.
+    /// PEM certificate chain for the QUIC listener (needs --tls-key). Without both, a CA
+    /// and a certificate for localhost are generated under DATA_DIR/tls.
+    /// Env: FELIX_TLS_CERT.
     #[arg(long, value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
 

@@ -6,10 +6,12 @@
 //! * [`server`] — the QUIC client protocol: connections, requests, subscription streams.
 //! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
 //! * [`metrics`] — the `felix_*` Prometheus metrics.
+//! * [`producers`] — idempotent producers' sequences per shard.
 
 pub mod admin;
 pub mod broker;
 pub mod config;
 pub mod metrics;
+pub mod producers;
 pub mod server;
 pub mod tls;

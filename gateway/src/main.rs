@@ -4,6 +4,7 @@
 //! Exit codes: 0 after a clean shutdown (or a successful `--check-config`), 1 when the node
 //! cannot start, 2 when the configuration is invalid.
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -79,6 +80,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| DEFAULT_LOG_FILTER.into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -90,10 +92,27 @@ fn main() -> ExitCode {
     match runtime.block_on(run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("felix: {e:#}");
+            eprintln!("felix: {}", report(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, like `{:#}`, but without a cause that the message
+/// before it already ends with (errors that print their source as well as expose it).
+fn report(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.ends_with(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Starts every part of the node, waits for a signal, then stops them in reverse.
@@ -272,5 +291,30 @@ async fn stop_step(what: &str, step: impl std::future::Future<Output = ()>) {
         .is_err()
     {
         warn!("{what} did not stop within {SHUTDOWN_STEP_TIMEOUT:?}; going on with the shutdown");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["felix", "--check-config", "--node-id", "3"])
+            .expect("valid flags");
+        assert!(cli.check_config);
+        assert_eq!(cli.config.node_id, Some(3));
+    }
+
+    #[test]
+    fn a_report_names_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "in use");
+        let error = anyhow::Error::new(io)
+            .context("bind 127.0.0.1:1: in use")
+            .context("start");
+        assert_eq!(report(&error), "start: bind 127.0.0.1:1: in use");
     }
 }

@@ -362,8 +362,16 @@ async fn serve_subscription(
         return;
     }
     let tenant_label = Metrics::tenant(tenant);
+    // A subscriber that goes away (stops the stream or closes the connection) is removed
+    // at once, not at the next failed write, which on a quiet stream may never come.
+    let stopped = send.stopped();
+    tokio::pin!(stopped);
     loop {
-        let end = match sub.next().await {
+        let event = tokio::select! {
+            event = sub.next() => event,
+            _ = &mut stopped => return,
+        };
+        let end = match event {
             SubEvent::Batches(b) => {
                 let records = count_records(&b.bytes);
                 let frame = Frame::new(

@@ -198,6 +198,13 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         codes::UNKNOWN_SHARD,
         "subscribe, unknown shard",
     );
+    assert_broker_code(
+        client
+            .subscribe(TENANT, NS, STREAM, 0, StartAt::Offset(1_000_000))
+            .await,
+        codes::OFFSET_OUT_OF_RANGE,
+        "subscribe past the end of the shard",
+    );
     let publish = |t: &'static str, ns: &'static str, s: &'static str| {
         client.publish(t, ns, s, Message::new("x"), AckMode::Batch)
     };

@@ -39,7 +39,6 @@ fn free_udp_port() -> u16 {
 #[derive(Default, Clone)]
 pub struct BrokerOptions {
     fsync: Option<String>,
-    ack_on_commit: Option<bool>,
     env: Vec<(String, String)>,
 }
 
@@ -50,12 +49,6 @@ impl BrokerOptions {
     /// `--fsync on_commit|periodic`.
     pub fn fsync(mut self, policy: &str) -> BrokerOptions {
         self.fsync = Some(policy.to_owned());
-        self
-    }
-    /// `--ack-on-commit true|false`.
-    #[allow(dead_code)]
-    pub fn ack_on_commit(mut self, on: bool) -> BrokerOptions {
-        self.ack_on_commit = Some(on);
         self
     }
     /// A `FELIX_*` variable.
@@ -79,7 +72,8 @@ pub struct Broker {
 }
 
 impl Broker {
-    /// Starts a broker and waits until `/healthz` answers 200.
+    /// Starts a broker and waits until `/healthz` answers 200. Ports are picked free, but
+    /// another test can take one before the broker binds it: that start is retried on others.
     pub async fn start(options: BrokerOptions) -> Broker {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().to_owned();
@@ -94,7 +88,19 @@ impl Broker {
             child: None,
             starts: 0,
         };
-        broker.spawn_and_wait().await;
+        for attempt in 1.. {
+            match broker.spawn_and_wait().await {
+                Ok(()) => break,
+                Err(e) if attempt < 3 && e.contains("in use") => {
+                    eprintln!("felix could not bind its ports, retrying on others: {e}");
+                    let _ = std::fs::remove_dir_all(broker.data_dir());
+                    broker.quic_addr = loopback(free_udp_port());
+                    broker.admin_addr = loopback(free_tcp_port());
+                    broker.internal_addr = loopback(free_tcp_port());
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
         broker
     }
 
@@ -106,7 +112,7 @@ impl Broker {
         self.root.join("broker.log")
     }
 
-    async fn spawn_and_wait(&mut self) {
+    async fn spawn_and_wait(&mut self) -> Result<(), String> {
         assert!(self.child.is_none(), "broker already running");
         self.starts += 1;
         let log = std::fs::OpenOptions::new()
@@ -128,9 +134,6 @@ impl Broker {
         if let Some(f) = &self.options.fsync {
             cmd.args(["--fsync", f]);
         }
-        if let Some(a) = self.options.ack_on_commit {
-            cmd.args(["--ack-on-commit", &a.to_string()]);
-        }
         // Only this test's settings: nothing inherited from the environment running the tests.
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("FELIX_") {
@@ -144,23 +147,29 @@ impl Broker {
             .stderr(log);
         let child = cmd.spawn().expect("spawn the felix binary");
         self.child = Some(child);
-        self.wait_ready().await;
+        self.wait_ready().await
     }
 
-    async fn wait_ready(&mut self) {
+    /// Waits for `/healthz`; an early exit is an error carrying the log's tail.
+    async fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + READY_WITHIN;
         loop {
             if let Some(child) = self.child.as_mut()
                 && let Ok(Some(status)) = child.try_wait()
             {
                 self.child = None;
-                panic!(
-                    "felix exited with {status} before it was ready; log at {}",
-                    self.log_path().display()
-                );
+                return Err(format!(
+                    "felix exited with {status} before it was ready; log at {}:\n{}",
+                    self.log_path().display(),
+                    tail(&self.log_path(), 20)
+                ));
             }
-            if let Ok((200, _)) = http_get(self.admin_addr, "/healthz").await {
-                return;
+            // Ready: our own process said so (its ready line, in this start's part of the log;
+            // a port race could put someone else on the admin address) and `/healthz` agrees.
+            if self.logged_ready()
+                && let Ok((200, _)) = http_get(self.admin_addr, "/healthz").await
+            {
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,
@@ -169,6 +178,17 @@ impl Broker {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Whether the log has a `felix node N ready` line since the last start marker.
+    fn logged_ready(&self) -> bool {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let marker = format!("===== test harness: start #{} =====", self.starts);
+        log.split_once(&marker).is_some_and(|(_, since)| {
+            since
+                .lines()
+                .any(|l| l.starts_with("felix node ") && l.contains(" ready"))
+        })
     }
 
     /// SIGKILLs the broker and reaps it.
@@ -182,7 +202,9 @@ impl Broker {
     /// Starts the broker again on the same data dir and ports.
     pub async fn restart(&mut self) {
         self.kill();
-        self.spawn_and_wait().await;
+        if let Err(e) = self.spawn_and_wait().await {
+            panic!("restart: {e}");
+        }
     }
 
     /// A client with the default configuration (loopback needs no CA).

@@ -111,8 +111,10 @@ async fn publish_then_kill(broker: &mut Broker, round: u32, ledger: &Arc<Mutex<L
 
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while *acked_this_round.lock() < ACKS_BEFORE_KILL {
-        let failures = &ledger.lock().failures;
-        assert!(failures.is_empty(), "round {round}: {failures:#?}");
+        {
+            let l = ledger.lock();
+            assert!(l.failures.is_empty(), "round {round}: {:#?}", l.failures);
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
             "round {round}: only {} records acknowledged within {PATIENCE:?}",

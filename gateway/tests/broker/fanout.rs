@@ -5,7 +5,7 @@
 //! yields the rest with no gap.
 
 use bytes::Bytes;
-use felix_client::{AckMode, ClientError, Message, StartAt};
+use felix_client::{AckMode, Client, ClientError, Event, Message, StartAt, Subscription};
 
 use super::common::{
     Broker, BrokerOptions, PATIENCE, assert_contiguous, durable_stream, metric_lines, metric_value,
@@ -21,13 +21,39 @@ const RECORD_BYTES: usize = 8 * 1024;
 /// A stalled subscriber must lag well before this much is published (its QUIC stream window,
 /// 16 MiB at most, plus a 4-slot queue).
 const MAX_PUBLISHED: usize = 160 * 1024 * 1024;
-/// Batches published after the lag was seen, so the resumed subscription has live records too.
+/// Batches published after the lag, delivered live to the resumed subscription.
 const AFTER_LAG: u64 = 8;
 
-fn record(offset_hint: u64, i: usize) -> Bytes {
-    let mut v = format!("b{offset_hint}-r{i}:").into_bytes();
+fn record(batch: u64, i: usize) -> Bytes {
+    let mut v = format!("b{batch}-r{i}:").into_bytes();
     v.resize(RECORD_BYTES, b'a' + (i % 26) as u8);
     Bytes::from(v)
+}
+
+/// Publishes batch `b` and waits until the fast subscriber has read it.
+async fn publish_batch_and_follow(
+    publisher: &Client,
+    fast: &mut Subscription,
+    payloads: &mut Vec<Bytes>,
+    fast_events: &mut Vec<Event>,
+    b: u64,
+) {
+    let batch: Vec<Bytes> = (0..PER_BATCH).map(|i| record(b, i)).collect();
+    let messages = batch.iter().cloned().map(Message::new).collect();
+    let published = publisher
+        .publish_batch(TENANT, NS, STREAM, messages, AckMode::Batch)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("publish of batch {b} failed (publishers never wait for subscribers): {e:?}")
+        });
+    assert_eq!(
+        published[0].base_offset,
+        payloads.len() as u64,
+        "offsets are dense"
+    );
+    payloads.extend(batch);
+    let got = read_until(fast, payloads.len() as u64, "fast subscriber").await;
+    fast_events.extend(got);
 }
 
 async fn lagged_subscriptions(broker: &Broker) -> f64 {
@@ -59,64 +85,40 @@ async fn a_stalled_subscriber_lags_alone_and_resumes_without_loss() {
         .await
         .expect("stalled subscribe");
 
-    // Publish until the broker reports the stalled subscription lagged. The publisher waits
-    // for the fast subscriber to have each batch before the next one, so the fast one is never
-    // more than a batch behind: if the stalled subscriber held anything up, this would hang.
+    // Publish until the broker reports the stalled subscription lagged, then stop. The
+    // publisher waits for the fast subscriber to have each batch before the next one, so the
+    // fast one is never more than a batch behind: if the stalled subscriber held anything
+    // up, this would hang.
     let mut fast_events = Vec::new();
     let mut payloads: Vec<Bytes> = Vec::new();
-    let mut lag_seen_at: Option<u64> = None;
-    let mut b = 0u64;
+    let mut batches = 0u64;
     loop {
-        let batch: Vec<Bytes> = (0..PER_BATCH).map(|i| record(b, i)).collect();
-        let messages = batch.iter().cloned().map(Message::new).collect();
-        let published = publisher
-            .publish_batch(TENANT, NS, STREAM, messages, AckMode::Batch)
-            .await
-            .unwrap_or_else(|e| {
-                panic!("publish of batch {b} failed (publishers never wait for subscribers): {e:?}")
-            });
-        assert_eq!(
-            published[0].base_offset,
-            payloads.len() as u64,
-            "offsets are dense"
-        );
-        payloads.extend(batch);
-        let got = read_until(&mut fast, payloads.len() as u64, "fast subscriber").await;
-        fast_events.extend(got);
-        b += 1;
-
-        match lag_seen_at {
-            Some(at) if b >= at + AFTER_LAG => break,
-            Some(_) => {}
-            None if b.is_multiple_of(4) && lagged_subscriptions(&broker).await >= 1.0 => {
-                lag_seen_at = Some(b)
-            }
-            None => assert!(
-                payloads.len() * RECORD_BYTES < MAX_PUBLISHED,
-                "{} MiB published and the stalled subscriber never lagged",
-                payloads.len() * RECORD_BYTES >> 20
-            ),
+        publish_batch_and_follow(
+            &publisher,
+            &mut fast,
+            &mut payloads,
+            &mut fast_events,
+            batches,
+        )
+        .await;
+        batches += 1;
+        if batches.is_multiple_of(4) && lagged_subscriptions(&broker).await >= 1.0 {
+            break;
         }
+        assert!(
+            payloads.len() * RECORD_BYTES < MAX_PUBLISHED,
+            "{} MiB published and the stalled subscriber never lagged",
+            (payloads.len() * RECORD_BYTES) >> 20
+        );
     }
-    let end = payloads.len() as u64;
+    let lag_end = payloads.len() as u64;
     eprintln!(
-        "lag reported after {} batches ({} MiB); {end} records published",
-        lag_seen_at.unwrap_or_default(),
-        (lag_seen_at.unwrap_or_default() as usize * PER_BATCH * RECORD_BYTES) >> 20
+        "lag reported after {batches} batches ({} MiB, {lag_end} records)",
+        (payloads.len() * RECORD_BYTES) >> 20
     );
 
-    // The fast subscriber got everything, in order, and was never ended.
-    assert_eq!(fast_events.len() as u64, end);
-    assert_contiguous(&fast_events, 0, "fast subscriber");
-    for e in &fast_events {
-        assert_eq!(
-            e.payload, payloads[e.offset as usize],
-            "fast subscriber: offset {}",
-            e.offset
-        );
-    }
-
-    // The stalled subscriber now reads: what was queued before the drop, then the lag.
+    // The stalled subscriber now reads, with nothing more being published: what was queued
+    // before the drop, then the lag.
     let mut before_lag = Vec::new();
     let resume_offset = loop {
         match tokio::time::timeout(PATIENCE, stalled.next_event()).await {
@@ -138,8 +140,8 @@ async fn a_stalled_subscriber_lags_alone_and_resumes_without_loss() {
         before_lag.len()
     );
     assert!(
-        resume_offset < end,
-        "resume offset {resume_offset} is inside what was published ({end})"
+        resume_offset < lag_end,
+        "resume offset {resume_offset} is inside what was published ({lag_end})"
     );
     assert_contiguous(&before_lag, 0, "stalled subscriber before the lag");
     assert_eq!(
@@ -155,13 +157,34 @@ async fn a_stalled_subscriber_lags_alone_and_resumes_without_loss() {
         );
     }
 
-    // Resuming from there yields the rest, with no gap.
+    // Resuming from there catches up from the log, then joins live delivery: more batches
+    // are published, and it gets everything from the resume offset on, with no gap.
     let mut resumed = stalled_client
         .subscribe(TENANT, NS, STREAM, 0, StartAt::Offset(resume_offset))
         .await
         .expect("resubscribe from the resume offset");
     assert_eq!(resumed.start_offset(), resume_offset);
-    let rest = read_until(&mut resumed, end, "resumed subscriber").await;
+    let mut rest = read_until(&mut resumed, lag_end, "resumed subscriber, catching up").await;
+    for _ in 0..AFTER_LAG {
+        publish_batch_and_follow(
+            &publisher,
+            &mut fast,
+            &mut payloads,
+            &mut fast_events,
+            batches,
+        )
+        .await;
+        batches += 1;
+        rest.extend(
+            read_until(
+                &mut resumed,
+                payloads.len() as u64,
+                "resumed subscriber, live",
+            )
+            .await,
+        );
+    }
+    let end = payloads.len() as u64;
     assert_contiguous(&rest, resume_offset, "resumed subscriber");
     assert_eq!(rest.len() as u64, end - resume_offset);
     for e in &rest {
@@ -172,7 +195,81 @@ async fn a_stalled_subscriber_lags_alone_and_resumes_without_loss() {
         );
     }
 
+    // The fast subscriber got everything, in order, and was never ended.
+    assert_eq!(fast_events.len() as u64, end);
+    assert_contiguous(&fast_events, 0, "fast subscriber");
+    for e in &fast_events {
+        assert_eq!(
+            e.payload, payloads[e.offset as usize],
+            "fast subscriber: offset {}",
+            e.offset
+        );
+    }
+
     // Only the stalled one lagged.
     let lagged = lagged_subscriptions(&broker).await;
     assert_eq!(lagged, 1.0, "exactly one subscription ended as lagged");
+}
+
+/// Spec ("Disconnection Behavior"): a subscriber that disconnects is removed from the
+/// registry at once, whether or not anything is published after. Subscriptions are dropped
+/// (the client stops reading their streams) and a connection is closed on an idle stream;
+/// the broker's `felix_subscriptions_active` must come back to zero without another publish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_goes_away_is_removed_without_waiting_for_a_publish() {
+    let broker = Broker::start(BrokerOptions::new()).await;
+    let client = broker.client().await;
+    durable_stream(&client, TENANT, NS, STREAM, 1).await;
+    client
+        .publish(TENANT, NS, STREAM, Message::new("one"), AckMode::Batch)
+        .await
+        .expect("publish");
+
+    let active = |text: String| -> f64 {
+        metric_lines(&text, "felix_subscriptions_active")
+            .first()
+            .map_or(0.0, |l| metric_value(l))
+    };
+    let other = broker.client().await;
+    let mut subs = Vec::new();
+    for from in [StartAt::Earliest, StartAt::Latest] {
+        subs.push(
+            client
+                .subscribe(TENANT, NS, STREAM, 0, from)
+                .await
+                .expect("subscribe"),
+        );
+        subs.push(
+            other
+                .subscribe(TENANT, NS, STREAM, 0, from)
+                .await
+                .expect("subscribe"),
+        );
+    }
+    // The ones from the earliest offset have their record; all four are now idle.
+    for s in subs.iter_mut().take(2) {
+        read_until(s, 1, "subscriber").await;
+    }
+    assert_eq!(
+        active(broker.metrics().await),
+        4.0,
+        "four subscriptions open"
+    );
+
+    drop(subs);
+    other.close().await;
+    // Generous for "at once"; short enough that a failure does not stall the suite.
+    let within = std::time::Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let n = active(broker.metrics().await);
+        if n == 0.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{n} subscriptions still registered {within:?} after their subscribers went away"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }

@@ -247,3 +247,65 @@ async fn catch_up_from_earliest_joins_live_without_gap_or_duplicate() {
         }
     }
 }
+
+/// Spec ("Consistency"): a durable stream's default acknowledgement comes after the write,
+/// so unlike an ack on enqueue it leaves no gap: a replay sent right after the ack sees the
+/// record. Each round publishes a batch and at once subscribes at one of its offsets (its
+/// first, or its last), while another publisher keeps the shard busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_sent_right_after_the_ack_reads_the_acknowledged_record() {
+    const TENANT: &str = "replay";
+    let broker = Broker::start(BrokerOptions::new()).await;
+    let client = broker.client().await;
+    durable_stream(&client, TENANT, NS, STREAM, 1).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let background = {
+        let (client, stop) = (broker.client().await, stop.clone());
+        tokio::spawn(async move {
+            let filler = Bytes::from(vec![b'f'; 4096]);
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                let messages = (0..16).map(|_| Message::new(filler.clone())).collect();
+                client
+                    .publish_batch(TENANT, NS, STREAM, messages, AckMode::Batch)
+                    .await
+                    .expect("background publish");
+            }
+        })
+    };
+    for n in 0..300u64 {
+        let messages = (0..3)
+            .map(|i| Message::new(numbered(0, n * 3 + i)))
+            .collect();
+        let p = client
+            .publish_batch(TENANT, NS, STREAM, messages, AckMode::Batch)
+            .await
+            .expect("publish")[0];
+        let from = if n % 2 == 0 {
+            p.base_offset
+        } else {
+            p.last_offset
+        };
+        let what = format!(
+            "round {n}, replay from {from} of [{}, {}]",
+            p.base_offset, p.last_offset
+        );
+        let mut sub = client
+            .subscribe(TENANT, NS, STREAM, 0, StartAt::Offset(from))
+            .await
+            .unwrap_or_else(|e| {
+                panic!("{what}: subscribing at an acknowledged offset failed: {e:?}")
+            });
+        let events = read_until(&mut sub, p.last_offset + 1, &what).await;
+        assert_contiguous(&events, from, &what);
+        assert_eq!(events.len() as u64, p.last_offset + 1 - from, "{what}");
+        for e in &events {
+            assert_eq!(
+                e.payload,
+                numbered(0, n * 3 + e.offset - p.base_offset).as_bytes(),
+                "{what}"
+            );
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    background.await.expect("background publisher");
+}

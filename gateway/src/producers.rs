@@ -1,0 +1,226 @@
+//! Idempotent producers on a durable shard: which sequences each producer has already
+//! landed, so a batch re-sent after a lost acknowledgement is answered with its original
+//! offsets instead of being appended twice.
+//!
+//! Decides, per batch carrying a producer id (RecordBatch v2's producer id, epoch and base
+//! sequence), whether to append it, answer it as a duplicate, or refuse it:
+//! * the next expected sequence (last sequence + 1) is appended;
+//! * a batch matching one of the producer's last [`RECENT`] batches is a duplicate;
+//! * anything else is a gap or a stale re-send (`out_of_order_sequence`); an older epoch
+//!   is fenced (`invalid_producer_epoch`); a new epoch restarts at sequence 0.
+//!
+//! The sequences live in the log with the records, so the table is rebuilt from the log
+//! when the shard opens: a re-send is answered the same way after a restart.
+
+use std::collections::{HashMap, VecDeque};
+
+use felix_hot::{LogError, ShardLog};
+use felix_wire::protocol::{ErrorBody, codes};
+use felix_wire::{BatchHeader, BatchIter};
+
+/// Batches remembered per producer for duplicate detection (Kafka keeps 5 as well).
+pub const RECENT: usize = 5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Landed {
+    first_seq: i32,
+    last_seq: i32,
+    base_offset: u64,
+    last_offset: u64,
+}
+
+#[derive(Debug, Default)]
+struct Producer {
+    epoch: i16,
+    recent: VecDeque<Landed>,
+}
+
+/// The verdict on one batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SeqCheck {
+    /// Not idempotent, or the next expected sequence: append it.
+    Append,
+    /// Already in the log at these offsets: answer without appending.
+    Duplicate {
+        base_offset: u64,
+        last_offset: u64,
+    },
+    Reject(ErrorBody),
+}
+
+/// The producers of one shard.
+#[derive(Debug, Default)]
+pub struct ProducerTable {
+    producers: HashMap<i64, Producer>,
+}
+
+fn last_seq(h: &BatchHeader) -> i32 {
+    h.base_sequence.wrapping_add(h.last_offset_delta)
+}
+
+impl ProducerTable {
+    /// Rebuilds the table from every batch the log holds.
+    pub fn rebuild(log: &ShardLog) -> Result<ProducerTable, LogError> {
+        let mut table = ProducerTable::default();
+        let end = log.committed_offset();
+        let mut offset = log.first_offset();
+        while offset < end {
+            let read = log.read(offset, 4 << 20, None)?;
+            if read.batches.is_empty() {
+                break;
+            }
+            for (h, _) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+                if h.producer_id >= 0 {
+                    table.record(&h, h.base_offset as u64, h.last_offset() as u64);
+                }
+            }
+            offset = read.next_offset;
+        }
+        Ok(table)
+    }
+
+    /// Whether to append `h`.
+    pub fn check(&self, h: &BatchHeader) -> SeqCheck {
+        if h.producer_id < 0 {
+            return SeqCheck::Append;
+        }
+        let refuse = |reason: &str, msg: String| {
+            SeqCheck::Reject(ErrorBody::new(codes::OUT_OF_ORDER_SEQUENCE, reason, msg))
+        };
+        let Some(p) = self.producers.get(&h.producer_id) else {
+            return if h.base_sequence == 0 {
+                SeqCheck::Append
+            } else {
+                refuse(
+                    "out_of_order_sequence",
+                    format!(
+                        "producer {} is unknown on this shard; its first batch must have sequence 0, not {}",
+                        h.producer_id, h.base_sequence
+                    ),
+                )
+            };
+        };
+        if h.producer_epoch < p.epoch {
+            return refuse(
+                "invalid_producer_epoch",
+                format!(
+                    "producer {} epoch {} is fenced by epoch {}",
+                    h.producer_id, h.producer_epoch, p.epoch
+                ),
+            );
+        }
+        if h.producer_epoch > p.epoch {
+            return if h.base_sequence == 0 {
+                SeqCheck::Append
+            } else {
+                refuse(
+                    "out_of_order_sequence",
+                    format!(
+                        "a new producer epoch starts at sequence 0, not {}",
+                        h.base_sequence
+                    ),
+                )
+            };
+        }
+        if let Some(l) = p
+            .recent
+            .iter()
+            .find(|l| l.first_seq == h.base_sequence && l.last_seq == last_seq(h))
+        {
+            return SeqCheck::Duplicate {
+                base_offset: l.base_offset,
+                last_offset: l.last_offset,
+            };
+        }
+        let expected = p.recent.back().map_or(0, |l| l.last_seq.wrapping_add(1));
+        if h.base_sequence == expected {
+            SeqCheck::Append
+        } else {
+            refuse(
+                "out_of_order_sequence",
+                format!(
+                    "producer {} sent sequence {}, expected {} (a gap, or a re-send older than the last {RECENT} batches)",
+                    h.producer_id, h.base_sequence, expected
+                ),
+            )
+        }
+    }
+
+    /// Records that `h` landed at these offsets.
+    pub fn record(&mut self, h: &BatchHeader, base_offset: u64, last_offset: u64) {
+        if h.producer_id < 0 {
+            return;
+        }
+        let p = self.producers.entry(h.producer_id).or_default();
+        if h.producer_epoch != p.epoch {
+            p.epoch = h.producer_epoch;
+            p.recent.clear();
+        }
+        p.recent.push_back(Landed {
+            first_seq: h.base_sequence,
+            last_seq: last_seq(h),
+            base_offset,
+            last_offset,
+        });
+        while p.recent.len() > RECENT {
+            p.recent.pop_front();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use felix_wire::{BatchBuilder, Compression, Record};
+
+    fn header(pid: i64, epoch: i16, seq: i32, records: usize) -> BatchHeader {
+        let mut b = BatchBuilder::new(Compression::None).producer(pid, epoch, seq);
+        for i in 0..records {
+            b.push(Record::value(0, format!("r{i}")));
+        }
+        BatchHeader::parse(&b.build().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_resent_batch_is_answered_with_its_original_offsets() {
+        let mut t = ProducerTable::default();
+        let h0 = header(7, 0, 0, 3);
+        assert_eq!(t.check(&h0), SeqCheck::Append);
+        t.record(&h0, 10, 12);
+        let h1 = header(7, 0, 3, 2);
+        assert_eq!(t.check(&h1), SeqCheck::Append);
+        t.record(&h1, 13, 14);
+        assert_eq!(
+            t.check(&h0),
+            SeqCheck::Duplicate {
+                base_offset: 10,
+                last_offset: 12
+            }
+        );
+        assert_eq!(
+            t.check(&h1),
+            SeqCheck::Duplicate {
+                base_offset: 13,
+                last_offset: 14
+            }
+        );
+    }
+
+    #[test]
+    fn gaps_stale_epochs_and_unknown_producers_are_refused() {
+        let mut t = ProducerTable::default();
+        assert!(
+            matches!(t.check(&header(1, 0, 5, 1)), SeqCheck::Reject(e) if e.reason == "out_of_order_sequence")
+        );
+        let h = header(1, 2, 0, 1);
+        t.record(&h, 0, 0);
+        assert!(
+            matches!(t.check(&header(1, 2, 5, 1)), SeqCheck::Reject(e) if e.code == codes::OUT_OF_ORDER_SEQUENCE)
+        );
+        assert!(
+            matches!(t.check(&header(1, 1, 1, 1)), SeqCheck::Reject(e) if e.reason == "invalid_producer_epoch")
+        );
+        assert_eq!(t.check(&header(1, 3, 0, 1)), SeqCheck::Append);
+        assert_eq!(t.check(&header(-1, -1, -1, 1)), SeqCheck::Append);
+    }
+}
