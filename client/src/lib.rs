@@ -35,6 +35,7 @@
 //! `parse` reads `TENANT/NS/STREAM` paths and start positions.
 
 mod error;
+mod idempotent;
 mod parse;
 mod publish;
 mod request;
@@ -56,6 +57,7 @@ pub use felix_wire::Compression;
 pub use felix_wire::protocol::{
     AckMode, ErrorBody, ShardInfo, StartAt, StreamConfig, StreamInfo, codes, features,
 };
+pub use idempotent::IdempotentProducer;
 pub use parse::{parse_namespace_path, parse_start_at, parse_stream_path};
 pub use publish::{Message, Published, ShardOutcome};
 pub use subscription::{Event, Subscription};
@@ -678,6 +680,49 @@ impl Client {
                 }),
             })
             .collect()
+    }
+
+    /// Publishes record batches already encoded as RecordBatch v2 (one or more, end to end)
+    /// to one shard, as they are: the broker stamps offsets and stores the bytes. Used by
+    /// [`IdempotentProducer`], whose batches carry a producer id and sequence and must be
+    /// re-sent byte for byte.
+    pub async fn publish_raw(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard: u32,
+        batches: Bytes,
+        ack: AckMode,
+    ) -> Result<Option<Published>, ClientError> {
+        let request = Request::Publish {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            stream: stream.to_owned(),
+            shard,
+            ack,
+        };
+        let (conn, max, timeout) = (
+            &self.inner.conn,
+            self.inner.max_frame,
+            self.inner.request_timeout,
+        );
+        if ack == AckMode::None {
+            request::call_unacknowledged(conn, &request, batches, max, timeout).await?;
+            return Ok(None);
+        }
+        match request::call(conn, &request, batches, max, timeout).await? {
+            Response::Published {
+                shard,
+                base_offset,
+                last_offset,
+            } => Ok(Some(Published {
+                shard,
+                base_offset,
+                last_offset,
+            })),
+            other => Err(unexpected("Publish", &other)),
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -127,6 +127,9 @@ struct SubQueue {
     tenant: String,
     /// Whether drops end the subscription (durable) or are only counted (ephemeral).
     announce_drops: bool,
+    /// Batches wholly below this offset are not for this subscriber (it joined the fanout
+    /// below the offset it asked to start at).
+    start: u64,
 }
 
 /// The consumer end of a subscriber's queue.
@@ -145,6 +148,7 @@ fn sub_queue(
     max_bytes: usize,
     tenant: &str,
     announce_drops: bool,
+    start: u64,
 ) -> (SubQueue, SubReceiver) {
     let (tx, rx) = mpsc::channel(capacity);
     let bytes = Arc::new(AtomicUsize::new(0));
@@ -158,6 +162,7 @@ fn sub_queue(
             max_bytes,
             tenant: tenant.to_owned(),
             announce_drops,
+            start,
         },
         SubReceiver { rx, bytes, lagged },
     )
@@ -202,6 +207,9 @@ impl Fanout {
         let mut inner = self.inner.lock();
         inner.cursor = inner.cursor.max(batch.next_offset);
         inner.subscribers.retain(|q| {
+            if batch.next_offset <= q.start {
+                return true;
+            }
             let len = batch.bytes.len();
             let over_bytes = q.bytes.load(Ordering::Acquire) + len > q.max_bytes;
             let sent = !over_bytes && q.tx.try_send(Delivery::Batch(batch.clone())).is_ok();
@@ -225,7 +233,8 @@ impl Fanout {
                 .sub_lagged
                 .get_or_create(&Metrics::tenant(&q.tenant))
                 .inc();
-            q.lagged.store(batch.first_offset, Ordering::Release);
+            q.lagged
+                .store(batch.first_offset.max(q.start), Ordering::Release);
             false
         });
     }
@@ -355,7 +364,7 @@ impl Subscription {
                     {
                         let mut inner = shard.fanout.inner.lock();
                         if *pos >= inner.cursor {
-                            let (q, rx) = sub_queue(*id, *capacity, *max_bytes, tenant, true);
+                            let (q, rx) = sub_queue(*id, *capacity, *max_bytes, tenant, true, *pos);
                             inner.subscribers.push(q);
                             *queue = Some(rx);
                             continue;
@@ -1108,7 +1117,7 @@ impl Broker {
         let max_bytes = self.config.subscriber_queue_max_bytes;
         let Some(log) = &shard.log else {
             // Ephemeral: live only.
-            let (q, queue) = sub_queue(id, capacity, max_bytes, tenant, false);
+            let (q, queue) = sub_queue(id, capacity, max_bytes, tenant, false, 0);
             let live = {
                 let mut inner = shard.fanout.inner.lock();
                 inner.subscribers.push(q);

@@ -31,7 +31,7 @@ pub mod defaults {
     pub const SUBSCRIBER_QUEUE_CAPACITY: usize = 512;
     pub const SUBSCRIBER_QUEUE_MAX_BYTES: usize = 128 * MIB;
     pub const SUBSCRIBER_EGRESS_MAX_BYTES: usize = 256 * MIB;
-    pub const PUB_QUEUE_DEPTH: usize = 1024;
+    pub const PUB_QUEUE_DEPTH: usize = 512;
     pub const PUBLISH_QUEUE_WAIT_TIMEOUT_MS: u64 = 2000;
     pub const MAX_FRAME_BYTES: usize = 16 * MIB;
     pub const MAX_BATCH_BYTES: usize = 8 * MIB;
@@ -307,7 +307,7 @@ pub struct Args {
     pub subscriber_egress_max_bytes: Option<usize>,
 
     /// Publish-queue slots guaranteed per tenant. Env: FELIX_PUB_QUEUE_DEPTH.
-    /// Default: 1024.
+    /// Default: 512 (the spec's value).
     #[arg(long, value_name = "N")]
     pub pub_queue_depth: Option<usize>,
 
@@ -802,7 +802,7 @@ mod tests {
         assert_eq!(c.subscriber_queue_capacity, 512);
         assert_eq!(c.subscriber_queue_max_bytes, 128 << 20);
         assert_eq!(c.subscriber_egress_max_bytes, 256 << 20);
-        assert_eq!(c.pub_queue_depth, 1024);
+        assert_eq!(c.pub_queue_depth, 512);
         assert_eq!(c.publish_queue_wait_timeout_ms, 2000);
         assert_eq!(c.max_frame_bytes, 16 << 20);
         assert_eq!(c.max_batch_bytes, 8 << 20);

@@ -10,5 +10,6 @@ mod broker {
     mod durability;
     mod fanout;
     mod felixctl;
+    mod idempotence;
     mod ordering;
 }
