@@ -286,7 +286,13 @@ pub struct Subscription {
     pub start_offset: u64,
     pub live_offset: u64,
     state: SubState,
+    /// Most bytes one history read takes: the subscription's share of its connection's
+    /// `subscriber_egress_max_bytes` (see [`Subscription::set_egress_share`]).
+    read_limit: usize,
 }
+
+/// Largest history read, and the default share.
+const MAX_HISTORY_READ: usize = 1 << 20;
 
 enum SubState {
     /// Durable: replaying history from `pos`, then live through `queue`.
@@ -318,6 +324,14 @@ pub enum SubEvent {
 }
 
 impl Subscription {
+    /// Bounds what this subscription holds outside its queue to `bytes`: the broker takes
+    /// at most one frame at a time from a subscription, so a history read no larger than the
+    /// share keeps the connection's egress within `subscriber_egress_max_bytes`. (A live
+    /// batch larger than the share is still sent whole: batches are never split.)
+    pub fn set_egress_share(&mut self, bytes: usize) {
+        self.read_limit = bytes.clamp(4096, MAX_HISTORY_READ);
+    }
+
     /// The next batch(es) to send. History is read from the log without any drop; once the
     /// subscription has caught up with the fanout it joins live delivery.
     pub async fn next(&mut self) -> SubEvent {
@@ -371,7 +385,7 @@ impl Subscription {
                         }
                     }
                     let cursor = shard.fanout.inner.lock().cursor;
-                    match log.read(*pos, 1 << 20, Some(cursor)) {
+                    match log.read(*pos, self.read_limit, Some(cursor)) {
                         Ok(read) if !read.batches.is_empty() => {
                             let batch = LiveBatch {
                                 first_offset: *pos,
@@ -490,6 +504,12 @@ impl Broker {
     /// The metrics this broker reports into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+
+    /// `subscriber_egress_max_bytes`: what one connection's subscriptions may hold between
+    /// their queues and QUIC, split equally among them.
+    pub fn subscriber_egress_max_bytes(&self) -> usize {
+        self.config.subscriber_egress_max_bytes
     }
 
     /// The largest frame a client may send.
@@ -843,6 +863,7 @@ impl Broker {
             .map_err(|e| log_error(&e))?;
             fanout.inner.lock().cursor = log.committed_offset();
             producers = ProducerTable::rebuild(&log).map_err(|e| log_error(&e))?;
+            tokio::spawn(snapshot_producers_at_seal(log.clone(), closed.clone()));
             tokio::spawn(follow_log(
                 log.clone(),
                 fanout.clone(),
@@ -1124,6 +1145,7 @@ impl Broker {
                 shard.ephemeral_next.load(Ordering::Acquire)
             };
             return Ok(Subscription {
+                read_limit: MAX_HISTORY_READ,
                 start_offset: live,
                 live_offset: live,
                 state: SubState::Ephemeral {
@@ -1159,6 +1181,7 @@ impl Broker {
                 .min(live),
         };
         Ok(Subscription {
+            read_limit: MAX_HISTORY_READ,
             start_offset: start,
             live_offset: live,
             state: SubState::Durable {
@@ -1253,5 +1276,33 @@ async fn follow_log(
         }
         let mut inner = fanout.inner.lock();
         inner.cursor = inner.cursor.max(read.next_offset);
+    }
+}
+
+/// Keeps the shard's idempotent-producer snapshot in step with sealed segments.
+async fn snapshot_producers_at_seal(log: ShardLog, closed: Arc<AtomicBool>) {
+    let mut sealed = log.subscribe_sealed();
+    loop {
+        let up_to = match sealed.recv().await {
+            Ok(seg) => seg.last_offset + 1,
+            // Missed notifications: catch up to the newest sealed segment.
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                match log.sealed_segments().last() {
+                    Some(seg) => seg.last_offset + 1,
+                    None => continue,
+                }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        if closed.load(Ordering::Acquire) {
+            return;
+        }
+        let log2 = log.clone();
+        let result =
+            tokio::task::spawn_blocking(move || ProducerTable::snapshot_through(&log2, up_to))
+                .await;
+        if let Ok(Err(e)) = result {
+            warn!(shard = log.shard(), error = %e, "could not snapshot producer state");
+        }
     }
 }

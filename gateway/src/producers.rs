@@ -10,9 +10,15 @@
 //!   is fenced (`invalid_producer_epoch`); a new epoch restarts at sequence 0.
 //!
 //! The sequences live in the log with the records, so the table is rebuilt from the log
-//! when the shard opens: a re-send is answered the same way after a restart.
+//! when the shard opens: a re-send is answered the same way after a restart. At every
+//! segment seal a snapshot of the table for exactly the log up to that segment's end is
+//! written to `producer-state.json` in the shard's directory, so the state survives once
+//! old segments leave local disk (tiering) and opening scans only what follows it.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
 
 use felix_hot::{LogError, ShardLog};
 use felix_wire::protocol::{ErrorBody, codes};
@@ -21,7 +27,7 @@ use felix_wire::{BatchHeader, BatchIter};
 /// Batches remembered per producer for duplicate detection (Kafka keeps 5 as well).
 pub const RECENT: usize = 5;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct Landed {
     first_seq: i32,
     last_seq: i32,
@@ -29,7 +35,7 @@ struct Landed {
     last_offset: u64,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct Producer {
     epoch: i16,
     recent: VecDeque<Landed>,
@@ -49,34 +55,88 @@ pub enum SeqCheck {
 }
 
 /// The producers of one shard.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct ProducerTable {
     producers: HashMap<i64, Producer>,
 }
+
+/// The snapshot file: the table for exactly the log's offsets below `up_to`.
+#[derive(Serialize, Deserialize)]
+struct Snapshot {
+    up_to: u64,
+    table: ProducerTable,
+}
+
+const SNAPSHOT_FILE: &str = "producer-state.json";
 
 fn last_seq(h: &BatchHeader) -> i32 {
     h.base_sequence.wrapping_add(h.last_offset_delta)
 }
 
 impl ProducerTable {
-    /// Rebuilds the table from every batch the log holds.
+    /// Rebuilds the table: the last snapshot, then every batch the log holds after it.
     pub fn rebuild(log: &ShardLog) -> Result<ProducerTable, LogError> {
-        let mut table = ProducerTable::default();
+        let (mut table, up_to) = ProducerTable::load_snapshot(log.dir()).unwrap_or_default();
         let end = log.committed_offset();
-        let mut offset = log.first_offset();
-        while offset < end {
-            let read = log.read(offset, 4 << 20, None)?;
+        if up_to > end {
+            // The log was cut below the snapshot (it cannot describe this log): start over.
+            let mut table = ProducerTable::default();
+            table.scan(log, log.first_offset(), end)?;
+            return Ok(table);
+        }
+        table.scan(log, up_to.max(log.first_offset()), end)?;
+        Ok(table)
+    }
+
+    /// Records every batch of the log in `[from, to)`.
+    fn scan(&mut self, log: &ShardLog, from: u64, to: u64) -> Result<(), LogError> {
+        let mut offset = from;
+        while offset < to {
+            let read = log.read(offset, 4 << 20, Some(to))?;
             if read.batches.is_empty() {
                 break;
             }
             for (h, _) in BatchIter::new(&read.batches, usize::MAX).flatten() {
                 if h.producer_id >= 0 {
-                    table.record(&h, h.base_offset as u64, h.last_offset() as u64);
+                    self.record(&h, h.base_offset as u64, h.last_offset() as u64);
                 }
             }
             offset = read.next_offset;
         }
-        Ok(table)
+        Ok(())
+    }
+
+    fn load_snapshot(dir: &Path) -> Option<(ProducerTable, u64)> {
+        let bytes = std::fs::read(dir.join(SNAPSHOT_FILE)).ok()?;
+        let snap: Snapshot = serde_json::from_slice(&bytes).ok()?;
+        Some((snap.table, snap.up_to))
+    }
+
+    /// Brings the snapshot up to `up_to` (a sealed segment's end): the previous snapshot
+    /// plus the batches after it, written atomically.
+    pub fn snapshot_through(log: &ShardLog, up_to: u64) -> Result<(), LogError> {
+        let dir = log.dir();
+        let (mut table, from) = ProducerTable::load_snapshot(dir).unwrap_or_default();
+        if from >= up_to {
+            return Ok(());
+        }
+        table.scan(log, from.max(log.first_offset()), up_to)?;
+        let bytes = serde_json::to_vec(&Snapshot { up_to, table }).unwrap_or_default();
+        let io = |e: std::io::Error| LogError::Io {
+            shard: log.shard().to_owned(),
+            op: "write producer snapshot",
+            path: dir.join(SNAPSHOT_FILE),
+            source: e,
+        };
+        let tmp = dir.join("producer-state.json.tmp");
+        std::fs::write(&tmp, bytes).map_err(io)?;
+        std::fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io)?;
+        std::fs::rename(&tmp, dir.join(SNAPSHOT_FILE)).map_err(io)?;
+        std::fs::File::open(dir)
+            .and_then(|f| f.sync_all())
+            .map_err(io)
     }
 
     /// Whether to append `h`.

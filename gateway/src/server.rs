@@ -56,6 +56,8 @@ impl Drop for ConnGuard {
 struct Session {
     hello: AtomicBool,
     features: AtomicU64,
+    /// Open subscriptions on this connection: they split `subscriber_egress_max_bytes`.
+    subscriptions: std::sync::atomic::AtomicUsize,
 }
 
 async fn handle_connection(incoming: quinn::Incoming, broker: Arc<Broker>) {
@@ -71,6 +73,7 @@ async fn handle_connection(incoming: quinn::Incoming, broker: Arc<Broker>) {
     let session = Arc::new(Session {
         hello: AtomicBool::new(false),
         features: AtomicU64::new(0),
+        subscriptions: std::sync::atomic::AtomicUsize::new(0),
     });
     loop {
         match conn.accept_bi().await {
@@ -288,9 +291,11 @@ async fn handle_stream(
         } => {
             let lagged_feature =
                 session.features.load(Ordering::Acquire) & features::SUBSCRIPTION_LAGGED != 0;
+            session.subscriptions.fetch_add(1, Ordering::AcqRel);
             serve_subscription(
                 &mut send,
                 &broker,
+                &session,
                 &tenant,
                 &namespace,
                 &stream,
@@ -299,6 +304,7 @@ async fn handle_stream(
                 lagged_feature,
             )
             .await;
+            session.subscriptions.fetch_sub(1, Ordering::AcqRel);
             let _ = send.finish();
             return;
         }
@@ -333,6 +339,7 @@ fn stream(r: Result<felix_wire::protocol::StreamInfo, ErrorBody>) -> Response {
 async fn serve_subscription(
     send: &mut quinn::SendStream,
     broker: &Broker,
+    session: &Session,
     tenant: &str,
     namespace: &str,
     stream: &str,
@@ -367,6 +374,9 @@ async fn serve_subscription(
     let stopped = send.stopped();
     tokio::pin!(stopped);
     loop {
+        let share = broker.subscriber_egress_max_bytes()
+            / session.subscriptions.load(Ordering::Acquire).max(1);
+        sub.set_egress_share(share);
         let event = tokio::select! {
             event = sub.next() => event,
             _ = &mut stopped => return,

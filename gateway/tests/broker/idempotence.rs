@@ -84,3 +84,83 @@ async fn a_resent_batch_lands_once_even_after_a_restart() {
     let info = client.describe_stream(T, NS, S).await.expect("describe");
     assert_eq!(info.shards[0].next_offset, 3, "nothing else was appended");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn producer_state_outlives_the_segments_it_was_built_from() {
+    use felix_client::StreamConfig;
+    let mut broker = Broker::start(BrokerOptions::new().fsync("on_commit")).await;
+    let client = broker.client().await;
+    client.create_tenant(T).await.expect("tenant");
+    client.create_namespace(T, NS).await.expect("namespace");
+    // 4 KiB segments: each 3 KiB batch gets a segment of its own.
+    client
+        .create_stream(
+            T,
+            NS,
+            S,
+            StreamConfig {
+                durable: Some(true),
+                segment_bytes: Some(4096),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("stream");
+    let producer = client.idempotent_producer().await.expect("producer");
+    let big = |c: u8| Message::new(vec![c; 3000]);
+    let first = producer
+        .encode(T, NS, S, 0, &[big(b'a')])
+        .await
+        .expect("encode");
+    let acked = client
+        .publish_raw(T, NS, S, 0, first.clone(), Default::default())
+        .await
+        .expect("publish")
+        .expect("ack");
+    for c in [b'b', b'c'] {
+        producer
+            .publish_to_shard(T, NS, S, 0, &[big(c)])
+            .await
+            .expect("publish");
+    }
+    // The first segment was sealed when the second batch arrived: its producer state is in
+    // the snapshot. Wait for the snapshot, then remove that segment as tiering would.
+    let shard_dir = broker
+        .data_dir()
+        .join("streams")
+        .join(T)
+        .join(NS)
+        .join(S)
+        .join("0");
+    let snapshot = shard_dir.join("producer-state.json");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !snapshot.exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no producer snapshot at {}",
+            snapshot.display()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    broker.kill();
+    std::fs::remove_file(shard_dir.join(format!("{:020}.log", 0)))
+        .expect("remove the first segment");
+    let _ = std::fs::remove_file(shard_dir.join(format!("{:020}.index", 0)));
+    broker.restart().await;
+    let client = broker.client().await;
+    let again = client
+        .publish_raw(T, NS, S, 0, first, Default::default())
+        .await
+        .expect("re-send of a batch whose segment is gone")
+        .expect("ack");
+    assert_eq!(
+        again, acked,
+        "answered from the snapshot with its original offsets"
+    );
+    let after = client.describe_stream(T, NS, S).await.expect("describe");
+    assert_eq!(
+        (after.shards[0].first_offset, after.shards[0].next_offset),
+        (1, 3),
+        "the first segment is gone and nothing was appended"
+    );
+}
