@@ -5,7 +5,7 @@
 # (Debian: apt-get install -y nats-server) and builds felix-bench with the `nats` feature.
 #
 #   bench/pubsub-vs-nats.sh
-#   REPS=5 RECORDS_F1=1000000 LAT_SECS=20 bench/pubsub-vs-nats.sh
+#   REPS=3 RECORDS_F1=1000000 LAT_SECS=20 bench/pubsub-vs-nats.sh   (defaults: 5, 500000, 15)
 #
 # Both servers run on loopback with a fresh data directory each: `felix` with its defaults
 # (durable streams fsynced periodically, every 250 ms; publishes acknowledged once written)
@@ -23,10 +23,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-REPS=${REPS:-3}
+REPS=${REPS:-5}
 RECORDS_F1=${RECORDS_F1:-500000}
 RECORDS_F10=${RECORDS_F10:-200000}
-LAT_SECS=${LAT_SECS:-10}
+LAT_SECS=${LAT_SECS:-15}
 SIZE=${SIZE:-1024}
 BATCH=${BATCH:-100}
 PUBLISHERS=${PUBLISHERS:-4}
@@ -109,17 +109,21 @@ curl -sf "http://127.0.0.1:$ADMIN_PORT/healthz" >/dev/null || { echo "felix not 
 TCK=$(getconf CLK_TCK)
 # user + system CPU ticks of a process (fields 14 and 15 of /proc/PID/stat).
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
+# busy CPU ticks of the whole machine (all but idle and iowait), to see other work's share.
+busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 server_pid() { if [ "$1" = felix ]; then echo "$FELIX_PID"; else echo "$NATS_PID"; fi; }
 records_for() { if [ "$1" = 1 ]; then echo "$RECORDS_F1"; else echo "$RECORDS_F10"; fi; }
 
 # run SYSTEM FANOUT RECORDS RATE PHASE REP: one felix-bench line, with the server's CPU
 # seconds, the phase and the load average before the run added, appended to $OUT.
 run() {
-  local system=$1 fanout=$2 records=$3 rate=$4 phase=$5 rep=$6 pid before after load line
+  local system=$1 fanout=$2 records=$3 rate=$4 phase=$5 rep=$6 pid before after busy_before busy_after t0 t1 load line
   pid=$(server_pid "$system")
   load=$(cut -d' ' -f1 /proc/loadavg)
   echo "rep $rep: $system fanout=$fanout records=$records rate=$rate ($phase, load $load)" >&2
   before=$(cpu_ticks "$pid")
+  busy_before=$(busy_ticks)
+  t0=$(date +%s.%N)
   local target=(pubsub --broker "127.0.0.1:$QUIC_PORT")
   [ "$system" = felix ] || target=(nats-pubsub --server "127.0.0.1:$NATS_PORT")
   if ! line=$("$BIN" "${target[@]}" --records "$records" --size "$SIZE" --batch "$BATCH" \
@@ -129,9 +133,12 @@ run() {
     exit 1
   fi
   after=$(cpu_ticks "$pid")
-  local cpu
+  busy_after=$(busy_ticks)
+  t1=$(date +%s.%N)
+  local cpu busy
   cpu=$(awk -v a="$after" -v b="$before" -v t="$TCK" 'BEGIN { printf "%.2f", (a - b) / t }')
-  echo "$line" | sed "s/^{/{\"phase\":\"$phase\",\"rep\":$rep,\"loadavg_before\":$load,\"server_cpu_seconds\":$cpu,/" >>"$OUT"
+  busy=$(awk -v a="$busy_after" -v b="$busy_before" -v t="$TCK" 'BEGIN { printf "%.2f", (a - b) / t }')
+  echo "$line" | sed "s/^{/{\"phase\":\"$phase\",\"rep\":$rep,\"loadavg_before\":$load,\"server_cpu_seconds\":$cpu,\"machine_busy_cpu_seconds\":$busy,\"wall_seconds\":$(awk -v a="$t1" -v b="$t0" 'BEGIN { printf "%.2f", a - b }'),/" >>"$OUT"
   sleep "${SETTLE_SECS:-2}"
 }
 
@@ -181,11 +188,23 @@ for line in sys.stdin:
     m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[(.)\]\s+(.*)", line)
     if not m:
         continue
-    pct, dso, sym = float(m.group(1)), m.group(2), m.group(4).strip()
+    pct, dso = float(m.group(1)), m.group(2)
+    sym = re.sub(r"(\s+-)+\s*$", "", m.group(4)).strip()
     total += pct
     s = sym.lower()
     if dso.startswith("[kernel"):
-        k = "kernel (network stack, page cache, scheduler)"
+        if any(x in s for x in ("copy_folio", "filemap", "folio", "ext4", "iomap", "jbd2", "generic_perform_write", "vfs_", "blk_", "page_cache")):
+            k = "kernel: file writes / page cache"
+        elif any(x in s for x in ("udp", "tcp", "ip_", "ipv6", "skb", "sock", "net_", "netif", "napi", "inet", "dst_", "datagram", "loopback", "sendmsg", "recvmsg", "gso", "gro")):
+            k = "kernel: network stack"
+        elif any(x in s for x in ("clear_page", "page_fault", "anonymous_page", "handle_mm_fault", "alloc_pages", "rmqueue", "zap_", "mmap", "munmap", "madvise")):
+            k = "kernel: page faults / memory"
+        elif any(x in s for x in ("copy_from_iter", "copy_to_iter", "copy_user", "memcpy", "memmove")):
+            k = "kernel: user<->kernel copies"
+        else:
+            k = "kernel: syscalls, scheduler, other"
+    elif re.fullmatch(r"0x[0-9a-f]+", s) or dso.endswith("nats-server"):
+        k = "user code without symbols (stripped binary)"
     elif any(x in s for x in ("aes", "gcm", "ghash", "aws_lc", "seal", "crypt", "chacha", "poly1305", "crypto/")):
         k = "crypto (TLS/QUIC packet protection)"
     elif "quinn" in s:
@@ -209,38 +228,83 @@ print(json.dumps({"scenario": "profile", "system": system, "fanout": fanout, "pr
                   "top_symbols": {k: round(v, 1) for k, v in syms.most_common(8)}}))
 PY
 )
+COMPONENTS=$(cat <<'PY'
+import json, re, sys
+fanout = int(sys.argv[1])
+# Inclusive ("children") share of the broker's samples for frames that mark its components.
+frames = [
+    ("QUIC connection drivers: build, encrypt and send packets, process ACKs", "<quinn::connection::ConnectionDriver as"),
+    ("  of which UDP sendmsg (kernel)", "__libc_sendmsg"),
+    ("  of which packet encryption (AES-GCM)", "PacketKey>::encrypt_in_place"),
+    ("QUIC endpoint: receive datagrams", "<quinn::endpoint::EndpointDriver as"),
+    ("request and subscription streams (frame encode, stream writes)", "felix_gateway::server::handle_stream"),
+    ("log writer (append, group commit)", "felix_hot::writer::Writer::run"),
+    ("log reads for delivery", "felix_hot::log::ShardLog::read"),
+    ("fanout task (follow the log)", "felix_gateway::broker::follow_log"),
+    ("periodic fsync", "fdatasync"),
+]
+found = {}
+for line in sys.stdin:
+    m = re.match(r"\s*([\d.]+)%\s+([\d.]+)%\s+\[(.)\]\s+(.*)", line)
+    if not m:
+        continue
+    for name, needle in frames:
+        if needle in m.group(4) and name not in found:
+            found[name] = float(m.group(1))
+print(json.dumps({"scenario": "profile_components", "system": "felix", "fanout": fanout, "process": "server",
+                  "inclusive": {name: round(found.get(name, 0.0), 1) for name, _ in frames}}))
+PY
+)
 if [ "$PROFILE" = 1 ]; then
   for f in 10 1; do
     for system in felix nats; do
       echo "profile: $system fanout=$f" >&2
       target=(pubsub --broker "127.0.0.1:$QUIC_PORT")
       [ "$system" = felix ] || target=(nats-pubsub --server "127.0.0.1:$NATS_PORT")
-      "$BIN" "${target[@]}" --records "$(records_for "$f")" --fanout "$f" \
+      "$BIN" "${target[@]}" --records $((2 * $(records_for "$f"))) --fanout "$f" \
         --size "$SIZE" --batch "$BATCH" --publishers "$PUBLISHERS" --inflight "$INFLIGHT" >/dev/null 2>&1 &
       bench=$!
       sleep 1
       perf record -q -F 499 -p "$(server_pid "$system")" -o "$TMP/server.perf" -- sleep 3 >/dev/null 2>&1 &
       perf_server=$!
+      if [ "$system" = felix ]; then
+        perf record -q -F 199 --call-graph dwarf,16384 -p "$FELIX_PID" -o "$TMP/server-dwarf.perf" -- sleep 3 >/dev/null 2>&1 &
+        perf_dwarf=$!
+      fi
       perf record -q -F 499 -p "$bench" -o "$TMP/bench.perf" -- sleep 3 >/dev/null 2>&1 || true
-      wait "$perf_server" || true
-      wait "$bench" || true
+      { wait "$perf_server" || true; } 2>/dev/null
+      [ "$system" != felix ] || { wait "$perf_dwarf" || true; } 2>/dev/null
+      { wait "$bench" || true; } 2>/dev/null
       for proc in server bench; do
         perf report -i "$TMP/$proc.perf" --no-children --sort dso,symbol --stdio 2>/dev/null \
           | python3 -c "$CATEGORIZE" "$system" "$f" "$proc" >>"$OUT" || true
       done
+      if [ "$system" = felix ]; then
+        # The broker's inclusive time per component (call graphs through DWARF unwinding).
+        perf report -i "$TMP/server-dwarf.perf" --children --sort symbol -g none --stdio 2>/dev/null \
+          | python3 -c "$COMPONENTS" "$f" >>"$OUT" || true
+      fi
       sleep "${SETTLE_SECS:-2}"
     done
   done
 fi
 
 # ---- the report ----
+COMMAND="bench/pubsub-vs-nats.sh"
+for v in REPS RECORDS_F1 RECORDS_F10 LAT_SECS SIZE BATCH PUBLISHERS INFLIGHT; do
+  # Only the settings that differ from the defaults go into the command line shown.
+  case "$v=${!v}" in
+    REPS=5 | RECORDS_F1=500000 | RECORDS_F10=200000 | LAT_SECS=15 | SIZE=1024 | BATCH=100 | PUBLISHERS=4 | INFLIGHT=8) ;;
+    *) COMMAND="$v=${!v} $COMMAND" ;;
+  esac
+done
 python3 - "$OUT" "$(nats-server --version)" "$(rustc --version)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
   "$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo ' plus uncommitted changes' || true)" \
-  "$REPS" "$LAT_SECS" <<'PY' >bench/results/pubsub-vs-nats.md
+  "$REPS" "$LAT_SECS" "$COMMAND" <<'PY' >bench/results/pubsub-vs-nats.md
 import json, statistics, sys, platform, subprocess, datetime, re
-out, nats_version, rustc, commit, dirty, reps, lat_secs = sys.argv[1:8]
+out, nats_version, rustc, commit, dirty, reps, lat_secs, command = sys.argv[1:9]
 rows = [json.loads(l) for l in open(out)]
-runs = [r for r in rows if r["scenario"] != "profile"]
+runs = [r for r in rows if not r["scenario"].startswith("profile")]
 prof = [r for r in rows if r["scenario"] == "profile"]
 def sel(phase, system, fanout):
     return [r for r in runs if r["phase"] == phase and r["system"] == system and r["fanout"] == fanout]
@@ -257,12 +321,19 @@ cpu = open("/proc/cpuinfo").read()
 model = re.search(r"model name\s*:\s*(.*)", cpu)
 mem_gib = int(re.search(r"MemTotal:\s*(\d+)", open("/proc/meminfo").read()).group(1)) / 1048576
 loads = [r["loadavg_before"] for r in runs]
+ncpu = int(subprocess.getoutput("nproc"))
+def other_share(r):
+    # CPU the machine spent on anything but this server and the load generator, as a share
+    # of all its cores over the run.
+    return max(0.0, r["machine_busy_cpu_seconds"] - r["server_cpu_seconds"] - r["bench_cpu_seconds"]) / (r["wall_seconds"] * ncpu)
+others = sorted(other_share(r) for r in runs)
 r0 = runs[0]
 print(f"# Felix vs NATS JetStream: publish/subscribe end to end ({datetime.date.today()})\n")
-print(f"Command: `bench/pubsub-vs-nats.sh` ({reps} reps per cell, the two systems interleaved). Raw lines: `pubsub-vs-nats.jsonl`.\n")
+print(f"Command: `{command}` ({reps} reps per cell, the two systems interleaved). Raw lines: `pubsub-vs-nats.jsonl`.\n")
 print(f"* Machine: {model.group(1) if model else platform.machine()}, {subprocess.getoutput('nproc')} cores, {mem_gib:.0f} GiB, "
-      f"kernel {platform.release()}. Load average before the runs: {min(loads):.1f}–{max(loads):.1f} "
-      "(other work shares this machine; the interleaving spreads it over both systems).")
+      f"kernel {platform.release()}. Other work shares this machine: load average {min(loads):.1f}–{max(loads):.1f} before the runs, "
+      f"and processes other than the server and the load generator took {statistics.median(others):.0%} of its CPU during a median run "
+      f"({others[0]:.0%}–{others[-1]:.0%}). The interleaving spreads that over both systems; the ranges show the noise.")
 print(f"* Felix: `felix` at commit {commit}{dirty}, release build, {rustc}; defaults (durable stream of 1 shard, "
       "fsync `periodic` every 250 ms, publishes acknowledged once written to the log). Client: felix-client over QUIC (TLS 1.3, AES-GCM).")
 print(f"* NATS: {nats_version} (Debian package), `nats-server -js`, file storage, 1 replica, default limits. "
@@ -310,9 +381,37 @@ for f in (1, 10):
               f"| {ms(med('half', system, f, 'e2e_p50_us'))} | {ms(med('half', system, f, 'e2e_p99_us'))} ({rng('half', system, f, 'e2e_p99_us', ms)}) "
               f"| {ms(med('half', system, f, 'e2e_p999_us'))} | {ratio(fp, np_) if system == 'felix' else ''} |")
 
+print("""
+## Caveats
+
+* **One 2-core machine for everything.** Each server shares the cores with the load generator (its CPU is in the
+  tables) and with whatever else runs here. Neither system gets a core to itself, so these are figures for this
+  box, not for either system's ceiling.
+* **Transport security differs.** Felix always speaks QUIC, so every packet is encrypted (TLS 1.3, AES-GCM) at
+  the broker and at the client. NATS runs here in its default plaintext TCP. A NATS deployment with TLS would pay
+  for encryption too; this comparison is Felix as shipped against NATS as configured by default.
+* **Durability differs, and neither syncs per acknowledgement.** Felix acknowledges once the batch is written to
+  the log (page cache) and fsyncs every 250 ms. JetStream 2.9.10 acknowledges once the message is in its file store
+  (OS buffers) and syncs on a background interval: the filestore's default interval is minutes, and 2.9.x has no
+  setting to shorten it (`sync_interval` arrived in 2.10). So a machine crash can lose up to ~250 ms of
+  acknowledged Felix records, and more of JetStream's. Felix with `--fsync on_commit` would be slower than this.
+* **Batching differs by protocol.** A Felix batch of 100 records is one RecordBatch, one request and one
+  acknowledgement. JetStream 2.9 has no batch publish: the same 100 records are 100 publishes, each with its own
+  PubAck. That difference is part of what is being compared.
+* **Delivery latency at maximum throughput is mostly queueing.** Publishers never wait for subscribers, so when
+  publishing outruns delivery, records wait in line and the delivery figures in the first table grow with the
+  backlog. The system's own latency is in the 50% table. A Felix subscriber that falls too far behind is ended
+  with `subscription_lagged` and resumes from its offset (counted as *resubscribes*; nothing is lost or repeated).
+  A JetStream ordered consumer recreates itself on a gap without telling the client, so nothing is counted for it.
+* **Latency timing.** Each batch is timestamped just before it is handed to the client, after pacing. At 50% load
+  both systems keep to the schedule (achieved rate = target rate), so coordinated omission does not hide stalls
+  longer than one batch interval. Delivery latency includes the client decoding the record.
+* **Scope.** Loopback only, single node, one shard (R1 stream), 1 KiB incompressible payloads, no compression.
+""")
+
 if prof:
     print("\n## Where the CPU goes (max throughput, sampled with perf)\n")
-    print("One extra max-throughput run per cell, sampled for 3 s at 499 Hz; share of each process's samples.\n")
+    print("One extra max-throughput run per cell (twice the records), sampled from 1 s in for 3 s at 499 Hz; share of each process's samples. The Debian nats-server binary is stripped, so its own code shows as one lump.\n")
     for f in (10, 1):
         for system in ("felix", "nats"):
             for proc in ("server", "bench"):
@@ -320,5 +419,12 @@ if prof:
                 if p:
                     c = ", ".join(f"{name} {v:.0f}%" for name, v in p[0]["categories"].items() if v >= 1)
                     print(f"* fanout {f}, {system} {'server' if proc == 'server' else 'load generator'}: {c}")
+    comps = [x for x in rows if x["scenario"] == "profile_components"]
+    if comps:
+        print("\nThe Felix broker by component (inclusive share of its samples, from DWARF call graphs of the same runs):\n")
+        print("| component | " + " | ".join(f"fanout {c['fanout']}" for c in comps) + " |")
+        print("|---|" + "---|" * len(comps))
+        for name in comps[0]["inclusive"]:
+            print(f"| {name} | " + " | ".join(f"{c['inclusive'][name]:.0f}%" for c in comps) + " |")
 PY
 cat bench/results/pubsub-vs-nats.md
