@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use felix_wire::protocol::AckMode;
-use felix_wire::{BatchBuilder, Header, Record};
 use tokio::sync::Mutex;
 
-use crate::publish::{Message, Published, now_ms};
+use crate::publish::{Message, Published, encode_batch, now_ms};
 use crate::{Client, ClientError};
 
 /// How often a publish whose outcome is unknown is re-sent before giving up.
@@ -76,33 +75,17 @@ impl IdempotentProducer {
         );
         let mut seqs = self.sequences.lock().await;
         let seq = seqs.entry(key).or_insert(0);
-        let now = now_ms();
-        let mut b = BatchBuilder::new(self.client.lock().await.compression()).producer(
-            self.producer_id,
-            self.epoch,
-            *seq,
-        );
-        for m in messages {
-            b.push(Record {
-                offset: 0,
-                timestamp: m.timestamp.unwrap_or(now),
-                key: m.key.clone(),
-                value: Some(m.payload.clone()),
-                headers: m
-                    .headers
-                    .iter()
-                    .map(|(k, v)| Header {
-                        key: k.clone(),
-                        value: Some(v.clone()),
-                    })
-                    .collect(),
-            });
-        }
-        let bytes = b
-            .build()
-            .map_err(|e| ClientError::InvalidArgument(format!("cannot encode the batch: {e}")))?;
+        let compression = self.client.lock().await.compression();
+        let indices: Vec<usize> = (0..messages.len()).collect();
+        let bytes = encode_batch(
+            messages,
+            &indices,
+            compression,
+            now_ms(),
+            Some((self.producer_id, self.epoch, *seq)),
+        )?;
         *seq = seq.wrapping_add(messages.len() as i32);
-        Ok(Bytes::from(bytes))
+        Ok(bytes)
     }
 
     /// Publishes `messages` to `shard` as one sequenced batch and waits for the

@@ -737,47 +737,23 @@ impl Client {
         ack: AckMode,
         now: i64,
     ) -> Result<Option<Published>, ClientError> {
-        let body = publish::encode_batch(messages, indices, self.compression, now)?;
-        let request = Request::Publish {
-            tenant: tenant.to_owned(),
-            namespace: namespace.to_owned(),
-            stream: stream.to_owned(),
-            shard,
-            ack,
-        };
-        let (conn, max, timeout) = (
-            &self.inner.conn,
-            self.inner.max_frame,
-            self.inner.request_timeout,
-        );
-        if ack == AckMode::None {
-            request::call_unacknowledged(conn, &request, body, max, timeout).await?;
-            return Ok(None);
-        }
-        match request::call(conn, &request, body, max, timeout).await? {
-            Response::Published {
-                shard: got,
-                base_offset,
-                last_offset,
-            } => {
-                let expected = indices.len() as u64;
-                if last_offset.checked_sub(base_offset).map(|d| d + 1) != Some(expected) {
-                    tracing::warn!(
-                        shard,
-                        base_offset,
-                        last_offset,
-                        records = expected,
-                        "the broker's offsets do not span the records sent"
-                    );
-                }
-                Ok(Some(Published {
-                    shard: got,
-                    base_offset,
-                    last_offset,
-                }))
+        let body = publish::encode_batch(messages, indices, self.compression, now, None)?;
+        let published = self
+            .publish_raw(tenant, namespace, stream, shard, body, ack)
+            .await?;
+        if let Some(p) = &published {
+            let expected = indices.len() as u64;
+            if p.last_offset.checked_sub(p.base_offset).map(|d| d + 1) != Some(expected) {
+                tracing::warn!(
+                    shard,
+                    base_offset = p.base_offset,
+                    last_offset = p.last_offset,
+                    records = expected,
+                    "the broker's offsets do not span the records sent"
+                );
             }
-            other => Err(unexpected("Publish", &other)),
         }
+        Ok(published)
     }
 
     /// Subscribes to one shard of a stream from `from`. Answers once the broker has opened

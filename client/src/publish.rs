@@ -110,14 +110,19 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Encodes the messages at `indices` as one RecordBatch.
+/// Encodes the messages at `indices` as one RecordBatch; with `producer` (id, epoch, base
+/// sequence) as an idempotent producer's batch.
 pub(crate) fn encode_batch(
     messages: &[Message],
     indices: &[usize],
     compression: Compression,
     now: i64,
+    producer: Option<(i64, i16, i32)>,
 ) -> Result<Bytes, ClientError> {
     let mut builder = BatchBuilder::new(compression);
+    if let Some((id, epoch, seq)) = producer {
+        builder = builder.producer(id, epoch, seq);
+    }
     for &i in indices {
         let m = &messages[i];
         builder.push(Record {
@@ -206,7 +211,7 @@ mod tests {
             Compression::Lz4,
             Compression::Zstd,
         ] {
-            let bytes = encode_batch(&msgs, &[0, 1, 2], codec, 1000).unwrap();
+            let bytes = encode_batch(&msgs, &[0, 1, 2], codec, 1000, None).unwrap();
             let batch = DecodedBatch::decode(&bytes, DEFAULT_MAX_DECOMPRESSED).unwrap();
             assert_eq!(batch.header.compression().unwrap(), codec);
             let r = &batch.records;
