@@ -16,19 +16,20 @@ pub(crate) struct OpenRequest {
 }
 
 /// Encodes `request` with `body` as a request frame, refusing frames over `max_frame`.
+/// Returns the head and the body as separate chunks, so the body is never copied.
 pub(crate) fn encode_request(
     request: &Request,
     body: Bytes,
     max_frame: usize,
-) -> Result<Vec<u8>, ClientError> {
-    let frame = Frame::new(FrameKind::Request, request, body).encode();
-    let len = frame.len() - 4;
+) -> Result<[Bytes; 2], ClientError> {
+    let frame = Frame::new(FrameKind::Request, request, body);
+    let len = frame.wire_len();
     if len > max_frame {
         return Err(ClientError::InvalidArgument(format!(
             "request of {len} bytes exceeds the frame limit of {max_frame} bytes; send fewer or smaller records"
         )));
     }
-    Ok(frame)
+    Ok([Bytes::from(frame.encode_head()), frame.body])
 }
 
 /// Opens a stream and writes one encoded request frame to it, then finishes the send side.
@@ -37,10 +38,11 @@ pub(crate) fn encode_request(
 /// early, e.g. `frame_too_large`), that is not an error here: its answer is on `recv`.
 pub(crate) async fn open(
     conn: &quinn::Connection,
-    frame: &[u8],
+    frame: &[Bytes; 2],
 ) -> Result<OpenRequest, ClientError> {
     let (mut send, recv) = conn.open_bi().await.map_err(connection_error)?;
-    match send.write_all(frame).await {
+    let mut chunks = frame.clone();
+    match send.write_all_chunks(&mut chunks).await {
         Ok(()) => {
             // Finishing can only fail if the stream was already reset or finished.
             let _ = send.finish();

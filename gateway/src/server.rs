@@ -392,7 +392,9 @@ async fn serve_subscription(
                     },
                     b.bytes,
                 );
-                if send.write_all(&frame.encode()).await.is_err() {
+                // Head and body as two chunks: the stored batches go to QUIC without a copy.
+                let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
+                if send.write_all_chunks(&mut chunks).await.is_err() {
                     return; // the subscriber went away
                 }
                 metrics

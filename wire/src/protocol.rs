@@ -90,14 +90,27 @@ impl Frame {
 
     /// The whole encoded frame.
     pub fn encode(&self) -> Vec<u8> {
+        let mut out = self.encode_head();
+        out.extend_from_slice(&self.body);
+        out
+    }
+
+    /// Everything but the body: length, kind, header length and header. Writing this and
+    /// then the body (e.g. as two chunks to a QUIC stream) sends the frame without copying
+    /// the body into a contiguous buffer.
+    pub fn encode_head(&self) -> Vec<u8> {
         let len = 1 + 4 + self.header.len() + self.body.len();
-        let mut out = Vec::with_capacity(4 + len);
+        let mut out = Vec::with_capacity(FRAME_PREFIX + self.header.len());
         out.extend_from_slice(&(len as u32).to_be_bytes());
         out.push(self.kind as u8);
         out.extend_from_slice(&(self.header.len() as u32).to_be_bytes());
         out.extend_from_slice(&self.header);
-        out.extend_from_slice(&self.body);
         out
+    }
+
+    /// The frame's length field: bytes after the first four.
+    pub fn wire_len(&self) -> usize {
+        1 + 4 + self.header.len() + self.body.len()
     }
 
     /// Reads the total length of the frame starting at `buf` from its first 4 bytes
