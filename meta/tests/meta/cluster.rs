@@ -513,13 +513,23 @@ async fn a_lagging_follower_catches_up_from_a_snapshot() {
             .await
             .expect("namespace");
     }
-    let leader_status = c
-        .status(c.leader(Duration::from_secs(10)).await)
-        .await
-        .expect("leader status");
-    let purged = leader_status
-        .purged
-        .expect("the leader has purged its log after snapshots");
+    // Snapshots and purges run in the background after applying: wait for the purge.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let purged = loop {
+        let leader_status = c
+            .status(c.leader(Duration::from_secs(10)).await)
+            .await
+            .expect("leader status");
+        if let Some(p) = leader_status.purged.filter(|p| *p > 20) {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the leader purged its log after snapshots (purged {:?})",
+            leader_status.purged
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     assert!(
         purged > 20,
         "log purged past the lagging follower's position (purged {purged})"
