@@ -459,6 +459,25 @@ fn settings_to_config(s: &StreamSettings) -> StreamConfig {
     }
 }
 
+/// The typed refusal for an unknown tenant or namespace, checked against the registry.
+fn require_namespace(reg: &Registry, tenant: &str, namespace: &str) -> Result<(), ErrorBody> {
+    if !reg.has_tenant(tenant) {
+        return Err(err(
+            codes::UNKNOWN_TENANT,
+            "unknown_tenant",
+            format!("unknown tenant {tenant:?}"),
+        ));
+    }
+    if !reg.has_namespace(tenant, namespace) {
+        return Err(err(
+            codes::UNKNOWN_NAMESPACE,
+            "unknown_namespace",
+            format!("unknown namespace {tenant}/{namespace}"),
+        ));
+    }
+    Ok(())
+}
+
 fn consistency(s: &str) -> Result<Consistency, ErrorBody> {
     match s {
         "leader" => Ok(Consistency::Leader),
@@ -658,20 +677,7 @@ impl Broker {
         name: &str,
     ) -> Result<(u64, StreamSettings), ErrorBody> {
         let reg = self.registry.borrow();
-        if !reg.has_tenant(tenant) {
-            return Err(err(
-                codes::UNKNOWN_TENANT,
-                "unknown_tenant",
-                format!("unknown tenant {tenant:?}"),
-            ));
-        }
-        if !reg.has_namespace(tenant, namespace) {
-            return Err(err(
-                codes::UNKNOWN_NAMESPACE,
-                "unknown_namespace",
-                format!("unknown namespace {tenant}/{namespace}"),
-            ));
-        }
+        require_namespace(&reg, tenant, namespace)?;
         let s = reg.stream(tenant, namespace, name).ok_or_else(|| {
             err(
                 codes::UNKNOWN_STREAM,
@@ -737,20 +743,7 @@ impl Broker {
     ) -> Result<Vec<StreamInfo>, ErrorBody> {
         let streams: Vec<_> = {
             let reg = self.registry.borrow();
-            if !reg.has_tenant(tenant) {
-                return Err(err(
-                    codes::UNKNOWN_TENANT,
-                    "unknown_tenant",
-                    format!("unknown tenant {tenant:?}"),
-                ));
-            }
-            if !reg.has_namespace(tenant, namespace) {
-                return Err(err(
-                    codes::UNKNOWN_NAMESPACE,
-                    "unknown_namespace",
-                    format!("unknown namespace {tenant}/{namespace}"),
-                ));
-            }
+            require_namespace(&reg, tenant, namespace)?;
             reg.streams
                 .values()
                 .filter(|s| s.tenant == tenant && s.namespace == namespace)
