@@ -172,7 +172,8 @@ pub enum StartAt {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum AckMode {
-    /// Fire and forget: no answer (errors are counted at the broker, not reported).
+    /// Fire and forget: the broker answers `done` without offsets, and refusals are counted
+    /// at the broker (`felix_publish_errors_total`), not reported. A client need not wait.
     None,
     /// One answer for the request's batch (the default).
     #[default]
