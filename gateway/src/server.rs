@@ -143,7 +143,7 @@ async fn handle_stream(
     broker: Arc<Broker>,
     session: Arc<Session>,
 ) {
-    let max = broker_max_frame(&broker);
+    let max = broker.max_frame_bytes();
     let frame = match read_frame(&mut recv, max).await {
         Ok(f) => f,
         Err(ReadError::Gone) => return,
@@ -315,10 +315,6 @@ async fn handle_stream(
     };
     respond(&mut send, &response).await;
     let _ = send.finish();
-}
-
-fn broker_max_frame(broker: &Broker) -> usize {
-    broker.max_frame_bytes()
 }
 
 fn done(r: Result<(), ErrorBody>) -> Response {
