@@ -1,6 +1,6 @@
 //! felix-cold: the object-store tier of a shard.
 //!
-//! Not built yet. This crate will hold the Parquet segment codec, the uploader that moves
-//! sealed segments from `felix-hot` to S3-compatible storage, the tiered reader that serves
-//! replay across both tiers through a foyer cache, and total retention. See
-//! `docs/architecture.md` for the plan and the issue that builds it.
+//! * [`store`] — the object store a broker tiers to (`file://`, `memory://`, `s3://`), with
+//!   timeouts, retries and a concurrency limit on every call; [`faults`] wraps a store to
+//!   inject the failures a real server cannot be made to produce.
+//! * [`segment`] — the Parquet object format: record batches in, Parquet out, and back.
