@@ -791,6 +791,17 @@ impl ShardLog {
     /// only those whose every record is below `deletable_below` (the caller's floor: what is
     /// uploaded and acknowledged). The active segment is never deleted.
     pub fn enforce_retention(&self, deletable_below: u64) -> Result<RetentionOutcome, LogError> {
+        self.enforce_retention_with_floor(deletable_below, 0)
+    }
+
+    /// Like [`ShardLog::enforce_retention`], and also deletes every sealed segment wholly
+    /// below `floor` whatever the policy says: the stream's total retention has already
+    /// removed those records from both tiers (the tiering layer's floor).
+    pub fn enforce_retention_with_floor(
+        &self,
+        deletable_below: u64,
+        floor: u64,
+    ) -> Result<RetentionOutcome, LogError> {
         let shared = self.shared();
         let policy = shared.config.read().retention;
         let now_ms = std::time::SystemTime::now()
@@ -803,7 +814,10 @@ impl ShardLog {
             let mut n = 0;
             while n + 1 < segs.len() {
                 let s = &segs[n];
-                if !s.sealed.load(Ordering::Acquire) || s.next_offset() > deletable_below {
+                let below_floor = s.next_offset() <= floor;
+                if !s.sealed.load(Ordering::Acquire)
+                    || (s.next_offset() > deletable_below && !below_floor)
+                {
                     break;
                 }
                 let over_size = policy
@@ -812,7 +826,7 @@ impl ShardLog {
                 let too_old = policy.max_age.is_some_and(|age| {
                     s.max_timestamp.load(Ordering::Relaxed) < now_ms - age.as_millis() as i64
                 });
-                if !(over_size || too_old) {
+                if !(over_size || too_old || below_floor) {
                     break;
                 }
                 total -= s.size();

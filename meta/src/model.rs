@@ -351,6 +351,21 @@ pub enum Command {
         shard: ShardKey,
         base_offset: u64,
     },
+    /// Records an uploaded object at the end of a shard's manifest. Refused unless it starts
+    /// exactly where the manifest ends (or, for the first object, at or above the floor), so
+    /// two uploaders racing for one range cannot both succeed and the cold tier never has a
+    /// gap or an overlap.
+    RecordObject {
+        shard: ShardKey,
+        segment: SegmentEntry,
+    },
+    /// Total retention: forgets every object wholly below `below` and raises the shard's
+    /// floor (its earliest offset) to `below`. Answered with the removed entries, so the
+    /// caller can delete their objects once this is committed.
+    TrimManifest {
+        shard: ShardKey,
+        below: u64,
+    },
     /// Reserves `count` producer ids; answered with the first.
     AllocateProducerIds {
         count: u32,
@@ -387,6 +402,10 @@ pub enum Applied {
     Batch {
         results: Vec<Result<Applied, CommandError>>,
     },
+    /// The manifest entries a `TrimManifest` removed.
+    Trimmed {
+        removed: Vec<SegmentEntry>,
+    },
 }
 
 /// The whole replicated state. `BTreeMap`s keep snapshots and dumps in a stable order, so
@@ -401,6 +420,9 @@ pub struct MetaState {
     pub placements: BTreeMap<ShardKey, Placement>,
     /// shard → base offset → segment
     pub manifests: BTreeMap<ShardKey, BTreeMap<u64, SegmentEntry>>,
+    /// shard → its earliest offset after total retention (absent: 0).
+    #[serde(default)]
+    pub manifest_floors: BTreeMap<ShardKey, u64>,
     pub next_producer_id: i64,
     pub features: BTreeMap<String, u32>,
 }
@@ -536,6 +558,7 @@ impl MetaState {
                 };
                 self.placements.retain(|k, _| !gone(k));
                 self.manifests.retain(|k, _| !gone(k));
+                self.manifest_floors.retain(|k, _| !gone(k));
                 Ok(Applied::Done)
             }
             Command::RegisterBroker { broker } => {
@@ -668,6 +691,53 @@ impl MetaState {
                     .ok_or_else(|| missing("segment", format!("{shard}@{base_offset}")))?;
                 Ok(Applied::Done)
             }
+            Command::RecordObject { shard, segment } => {
+                self.require_shard(shard)?;
+                if segment.last_offset < segment.base_offset {
+                    return Err(CommandError::Invalid("object ends before it starts".into()));
+                }
+                if segment.tier != TierState::Cold || segment.object_key.is_none() {
+                    return Err(CommandError::Invalid(
+                        "a recorded object is cold and has an object key".into(),
+                    ));
+                }
+                let floor = self.manifest_floors.get(shard).copied().unwrap_or(0);
+                let manifest = self.manifests.entry(shard.clone()).or_default();
+                let fits = match manifest.values().next_back() {
+                    Some(last) => segment.base_offset == last.last_offset + 1,
+                    None => segment.base_offset >= floor,
+                };
+                if !fits {
+                    let next = manifest
+                        .values()
+                        .next_back()
+                        .map_or(floor, |l| l.last_offset + 1);
+                    return Err(exists(
+                        "object range",
+                        format!(
+                            "{shard}@{}..={} (the manifest continues at {next})",
+                            segment.base_offset, segment.last_offset
+                        ),
+                    ));
+                }
+                manifest.insert(segment.base_offset, segment.clone());
+                Ok(Applied::Done)
+            }
+            Command::TrimManifest { shard, below } => {
+                self.require_shard(shard)?;
+                let floor = self.manifest_floors.entry(shard.clone()).or_insert(0);
+                *floor = (*floor).max(*below);
+                let mut removed = Vec::new();
+                if let Some(manifest) = self.manifests.get_mut(shard) {
+                    while let Some(entry) = manifest.first_entry() {
+                        if entry.get().last_offset >= *below {
+                            break;
+                        }
+                        removed.push(entry.remove());
+                    }
+                }
+                Ok(Applied::Trimmed { removed })
+            }
             Command::AllocateProducerIds { count } => {
                 if *count == 0 {
                     return Err(CommandError::Invalid(
@@ -742,6 +812,8 @@ impl MetaState {
             | Command::SetSegmentTier { .. }
             | Command::SetSegmentCopies { .. }
             | Command::RemoveSegment { .. }
+            | Command::RecordObject { .. }
+            | Command::TrimManifest { .. }
             | Command::AllocateProducerIds { .. } => false,
             Command::Batch { commands } => commands.iter().any(Self::touches_registry),
             _ => true,

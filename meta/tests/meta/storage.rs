@@ -449,3 +449,99 @@ async fn a_state_machine_snapshot_round_trips_through_reopen_and_install() {
     assert_eq!(fresh_reopened.read(|s| s.clone()), state);
     assert_eq!(fresh_reopened.applied_state().await.unwrap(), applied);
 }
+
+fn object(base: u64, last: u64) -> felix_meta::model::SegmentEntry {
+    felix_meta::model::SegmentEntry {
+        base_offset: base,
+        last_offset: last,
+        min_timestamp: 0,
+        max_timestamp: 0,
+        size_bytes: 100,
+        tier: felix_meta::model::TierState::Cold,
+        object_key: Some(format!("{base:020}-{last:020}.parquet")),
+        checksum: None,
+        local_copies: BTreeSet::new(),
+    }
+}
+
+/// The manifest of uploaded objects only grows at its end, without gaps or overlaps, and
+/// total retention trims it from the front while raising the floor.
+#[test]
+fn manifest_records_contiguous_objects_and_trims_from_the_front() {
+    use felix_meta::model::{Applied, CommandError, MetaState, ShardKey};
+    let mut state = MetaState::default();
+    for cmd in [
+        Command::CreateTenant { name: "t".into() },
+        Command::CreateNamespace {
+            tenant: "t".into(),
+            name: "n".into(),
+        },
+        Command::CreateStream {
+            tenant: "t".into(),
+            namespace: "n".into(),
+            name: "s".into(),
+            settings: StreamSettings::default(),
+        },
+    ] {
+        state.apply(&cmd).unwrap();
+    }
+    let shard = ShardKey {
+        tenant: "t".into(),
+        namespace: "n".into(),
+        stream: "s".into(),
+        shard: 0,
+    };
+    let record = |state: &mut MetaState, base, last| {
+        state.apply(&Command::RecordObject {
+            shard: shard.clone(),
+            segment: object(base, last),
+        })
+    };
+    record(&mut state, 0, 99).unwrap();
+    // A second uploader for the same range, an overlap and a gap are all refused.
+    for (base, last) in [(0, 99), (50, 150), (101, 200)] {
+        let before = state.clone();
+        let e = record(&mut state, base, last).unwrap_err();
+        assert!(matches!(e, CommandError::AlreadyExists { .. }), "{e:?}");
+        assert_eq!(state, before, "a refused command changes nothing");
+    }
+    record(&mut state, 100, 199).unwrap();
+    record(&mut state, 200, 299).unwrap();
+    // A hot entry cannot be recorded as an object.
+    let mut hot = object(300, 399);
+    hot.tier = felix_meta::model::TierState::Hot;
+    assert!(
+        state
+            .apply(&Command::RecordObject {
+                shard: shard.clone(),
+                segment: hot
+            })
+            .is_err()
+    );
+
+    let trimmed = state
+        .apply(&Command::TrimManifest {
+            shard: shard.clone(),
+            below: 200,
+        })
+        .unwrap();
+    let Applied::Trimmed { removed } = trimmed else {
+        panic!("{trimmed:?}")
+    };
+    assert_eq!(
+        removed.iter().map(|e| e.base_offset).collect::<Vec<_>>(),
+        [0, 100]
+    );
+    assert_eq!(state.manifest_floors[&shard], 200);
+    assert_eq!(state.manifests[&shard].len(), 1);
+    // Trimming everything leaves the floor: the next object must start at or above it.
+    state
+        .apply(&Command::TrimManifest {
+            shard: shard.clone(),
+            below: 300,
+        })
+        .unwrap();
+    assert!(state.manifests[&shard].is_empty());
+    assert!(record(&mut state, 250, 320).is_err());
+    record(&mut state, 300, 399).unwrap();
+}
