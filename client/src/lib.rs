@@ -55,7 +55,7 @@ use felix_wire::protocol::{DEFAULT_MAX_FRAME, PROTOCOL_VERSION, Request, Respons
 pub use error::ClientError;
 pub use felix_wire::Compression;
 pub use felix_wire::protocol::{
-    AckMode, ErrorBody, ShardInfo, StartAt, StreamConfig, StreamInfo, codes, features,
+    AckMode, ErrorBody, SegmentInfo, ShardInfo, StartAt, StreamConfig, StreamInfo, codes, features,
 };
 pub use idempotent::IdempotentProducer;
 pub use parse::{parse_namespace_path, parse_start_at, parse_stream_path};
@@ -454,6 +454,26 @@ impl Client {
         {
             Response::Streams { streams } => Ok(streams),
             other => Err(unexpected("ListStreams", &other)),
+        }
+    }
+
+    /// A stream's segments and objects (every shard, oldest first).
+    pub async fn list_segments(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+    ) -> Result<Vec<SegmentInfo>, ClientError> {
+        match self
+            .call(Request::ListSegments {
+                tenant: tenant.to_owned(),
+                namespace: namespace.to_owned(),
+                stream: stream.to_owned(),
+            })
+            .await?
+        {
+            Response::Segments { segments } => Ok(segments),
+            other => Err(unexpected("ListSegments", &other)),
         }
     }
 
@@ -886,6 +906,8 @@ mod tests {
                 ..Default::default()
             },
             shards: Vec::new(),
+            cache_hits: 0,
+            cache_misses: 0,
         };
         assert_eq!(shard_count_of(&info), 6);
         info.config.shards = None;
@@ -895,6 +917,12 @@ mod tests {
                 shard,
                 first_offset: 0,
                 next_offset: 0,
+                hot_first_offset: 0,
+                hot_bytes: 0,
+                cold_bytes: 0,
+                uploaded_end: 0,
+                upload_backlog_segments: 0,
+                upload_backlog_bytes: 0,
             })
             .collect();
         assert_eq!(shard_count_of(&info), 3);

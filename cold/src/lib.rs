@@ -4,3 +4,20 @@
 //!   timeouts, retries and a concurrency limit on every call; [`faults`] wraps a store to
 //!   inject the failures a real server cannot be made to produce.
 //! * [`segment`] — the Parquet object format: record batches in, Parquet out, and back.
+//! * [`cache`] — footers and row groups of objects in a foyer memory + disk cache, with
+//!   coalesced fetches and read-ahead.
+//! * [`uploader`] — moves a shard's committed history into objects recorded in the manifest.
+//! * [`tiered`] — one read path over both tiers.
+//! * [`s3server`] — a real S3-compatible server (SeaweedFS) for tests.
+
+pub mod cache;
+pub mod error;
+pub mod faults;
+pub mod retention;
+pub mod s3server;
+pub mod segment;
+pub mod store;
+pub mod tiered;
+pub mod uploader;
+
+pub use error::ColdError;

@@ -69,6 +69,10 @@ pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>) -> Router {
                 .patch(alter_stream)
                 .delete(delete_stream),
         )
+        .route(
+            "/v1/streams/{tenant}/{namespace}/{stream}/segments",
+            get(list_segments),
+        )
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(AdminState { broker, metrics })
@@ -153,6 +157,7 @@ fn read<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<T
 type ApiResult<T> = Result<T, ApiError>;
 
 async fn get_metrics(State(state): State<AdminState>) -> Response {
+    state.broker.refresh_metrics();
     (
         [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
         state.metrics.encode(),
@@ -249,6 +254,17 @@ async fn describe_stream(
         .describe_stream(&tenant, &namespace, &stream)
         .await?;
     Ok(Json(info).into_response())
+}
+
+async fn list_segments(
+    State(state): State<AdminState>,
+    Path((tenant, namespace, stream)): Path<(String, String, String)>,
+) -> ApiResult<Response> {
+    let segments = state
+        .broker
+        .list_segments(&tenant, &namespace, &stream)
+        .await?;
+    Ok(Json(segments).into_response())
 }
 
 async fn alter_stream(

@@ -18,6 +18,9 @@
 //!   acknowledged when queued; their drops are counted, not announced.
 //! * Publisher backpressure: each tenant has its own `pub_queue_depth` publish slots, so a
 //!   flooding tenant exhausts only its own; see [`TenantQueues`].
+//! * Tiering: each durable shard's log sits behind a [`TieredShard`], so history reads below
+//!   the local log come from the object store. Two tasks per durable shard upload sealed
+//!   segments (when the stream is tiered) and apply retention to both tiers.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::PathBuf;
@@ -26,6 +29,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use felix_cold::cache::ColdCache;
+use felix_cold::store::TierStore;
+use felix_cold::tiered::{Manifest, ManifestState, Tier, TieredShard};
+use felix_cold::uploader::{TierObserver, Uploader, UploaderConfig};
+use felix_cold::{ColdError, retention};
 use felix_hot::{LogConfig, LogError, ShardLog};
 use felix_meta::model::{
     Command, CommandError, Consistency, Durability, ShardKey, StreamSettings, StreamSettingsPatch,
@@ -34,7 +42,7 @@ use felix_meta::state_machine::Registry;
 use felix_meta::{Applied, MetaError, MetaHandle};
 use felix_wire::batch::stamp_base_offset;
 use felix_wire::protocol::{
-    AckMode, ErrorBody, ShardInfo, StartAt, StreamConfig, StreamInfo, codes,
+    AckMode, ErrorBody, SegmentInfo, ShardInfo, StartAt, StreamConfig, StreamInfo, codes,
 };
 use felix_wire::{BatchHeader, BatchIter};
 use parking_lot::Mutex;
@@ -79,6 +87,33 @@ fn meta_error(e: MetaError) -> ErrorBody {
             other.to_string(),
         )
         .retry_after(500),
+    }
+}
+
+fn cold_error(e: &ColdError) -> ErrorBody {
+    match e {
+        ColdError::TooOld {
+            requested,
+            earliest,
+        } => {
+            let mut body = err(
+                codes::OFFSET_TOO_OLD,
+                "offset_too_old",
+                format!(
+                    "offset {requested} was removed by retention; the earliest offset is {earliest}"
+                ),
+            );
+            body.earliest_offset = Some(*earliest);
+            body
+        }
+        ColdError::Log(e) => log_error(e),
+        ColdError::Store(_) | ColdError::Fetch { .. } => err(
+            codes::SHARD_UNAVAILABLE,
+            "cold_tier_unavailable",
+            format!("the object store holding this history cannot be read: {e}"),
+        )
+        .retry_after(1000),
+        other => err(codes::INTERNAL, "cold_tier_error", other.to_string()),
     }
 }
 
@@ -256,6 +291,12 @@ pub struct Shard {
     /// Idempotent producers' sequences (durable shards). Held across the check and the
     /// enqueue of a publish, so two re-sends of one batch cannot both be appended.
     producers: tokio::sync::Mutex<ProducerTable>,
+    /// Both tiers behind one read path (durable shards).
+    tier: Option<Arc<TieredShard>>,
+    /// Stops the shard's upload and retention tasks when set or dropped.
+    stop_tasks: watch::Sender<bool>,
+    /// Asks the retention task for a pass now.
+    retention_now: Arc<tokio::sync::Notify>,
 }
 
 /// Per-tenant publish slots: each tenant gets `depth` of its own, so one tenant's flood
@@ -316,6 +357,9 @@ enum SubState {
 /// What `Subscription::next` yields.
 pub enum SubEvent {
     Batches(LiveBatch),
+    /// History cannot be read (e.g. the object store is unreachable): the subscription
+    /// ends with this error.
+    Failed(ErrorBody),
     Lagged {
         resume_offset: u64,
     },
@@ -373,7 +417,7 @@ impl Subscription {
                             None => SubEvent::Closed,
                         };
                     }
-                    let log = shard.log.as_ref().expect("durable shard has a log");
+                    let tier = shard.tier.as_ref().expect("durable shard has tiers");
                     // Join live delivery once caught up with the fanout's cursor.
                     {
                         let mut inner = shard.fanout.inner.lock();
@@ -385,28 +429,33 @@ impl Subscription {
                         }
                     }
                     let cursor = shard.fanout.inner.lock().cursor;
-                    match log.read(*pos, self.read_limit, Some(cursor)) {
+                    match tier.read(*pos, self.read_limit, Some(cursor)).await {
                         Ok(read) if !read.batches.is_empty() => {
                             let batch = LiveBatch {
                                 first_offset: *pos,
                                 next_offset: read.next_offset,
-                                bytes: Bytes::from(read.batches),
+                                bytes: read.batches,
                             };
                             *pos = read.next_offset;
                             return SubEvent::Batches(batch);
+                        }
+                        Ok(read) if read.tier == Tier::Cold => {
+                            // The rest of an object is past the cursor's bound or empty:
+                            // continue after it.
+                            *pos = read.next_offset.max(*pos + 1).min(cursor);
                         }
                         Ok(_) => {
                             // No whole batch below the cursor from here: a gap up to it.
                             *pos = (*pos).max(cursor);
                         }
-                        Err(LogError::OffsetOutOfRange { first, .. }) if *pos < first => {
+                        Err(ColdError::TooOld { earliest, .. }) if *pos < earliest => {
                             // Retention removed what we were about to read; resume at the
-                            // first retained offset (the client sees the jump in offsets).
-                            *pos = first;
+                            // earliest retained offset (the client sees the jump in offsets).
+                            *pos = earliest;
                         }
                         Err(e) => {
                             warn!(shard = %shard.key, error = %e, "subscription read failed");
-                            return SubEvent::Closed;
+                            return SubEvent::Failed(cold_error(&e));
                         }
                     }
                 }
@@ -435,6 +484,9 @@ pub struct Broker {
     queues: TenantQueues,
     next_sub_id: AtomicU64,
     stopping: AtomicBool,
+    tier_store: TierStore,
+    cold_cache: ColdCache,
+    tier_observer: Arc<dyn TierObserver>,
 }
 
 fn settings_to_config(s: &StreamSettings) -> StreamConfig {
@@ -503,7 +555,18 @@ impl Broker {
     ) -> anyhow::Result<Arc<Broker>> {
         std::fs::create_dir_all(config.data_dir.join("streams"))?;
         let registry = meta.registry();
-        Ok(Arc::new(Broker {
+        // Opening the store does no I/O: a broker whose object store is down still starts
+        // and serves every hot tail; the probe below says what is unavailable.
+        let tier_store = TierStore::open(&config.store_config())
+            .await
+            .map_err(|e| anyhow::anyhow!("object store {}: {e}", config.object_store))?;
+        let cold_cache = ColdCache::open(tier_store.clone(), config.cache_config())
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        tokio::spawn(probe_object_store(tier_store.clone(), metrics.clone()));
+        let tier_observer: Arc<dyn TierObserver> =
+            Arc::new(crate::metrics::TierMetrics::new(metrics.clone()));
+        let broker = Arc::new(Broker {
             config: config.clone(),
             queues: TenantQueues::new(config.pub_queue_depth),
             meta,
@@ -512,7 +575,34 @@ impl Broker {
             shards: Mutex::new(HashMap::new()),
             next_sub_id: AtomicU64::new(1),
             stopping: AtomicBool::new(false),
-        }))
+            tier_store,
+            cold_cache,
+            tier_observer,
+        });
+        tokio::spawn(open_durable_shards(Arc::downgrade(&broker)));
+        Ok(broker)
+    }
+
+    /// The object store this broker tiers to.
+    pub fn tier_store(&self) -> &TierStore {
+        &self.tier_store
+    }
+
+    /// The cold-read cache.
+    pub fn cold_cache(&self) -> &ColdCache {
+        &self.cold_cache
+    }
+
+    /// Copies counters kept as plain atomics (cache, object store) into the metrics.
+    pub fn refresh_metrics(&self) {
+        let m = &self.metrics;
+        let cache = self.cold_cache.stats();
+        Metrics::sync_counter(&m.cold_cache_hits, cache.hits.load(Ordering::Relaxed));
+        Metrics::sync_counter(&m.cold_cache_misses, cache.misses.load(Ordering::Relaxed));
+        let store = self.tier_store.stats();
+        Metrics::sync_counter(&m.tier_store_gets, store.gets);
+        Metrics::sync_counter(&m.tier_store_get_bytes, store.get_bytes);
+        Metrics::sync_counter(&m.tier_store_puts, store.puts);
     }
 
     /// Ready to serve: the control plane has a leader and the registry is loaded.
@@ -659,13 +749,10 @@ impl Broker {
                 log.alter(|l| {
                     l.segment_bytes = c.segment_bytes.unwrap_or(l.segment_bytes);
                     l.segment_age = c.segment_ms.map(Duration::from_millis);
-                    l.retention.max_bytes = c.hot_retention_bytes.filter(|v| *v > 0);
-                    l.retention.max_age = c
-                        .hot_retention_ms
-                        .filter(|v| *v > 0)
-                        .map(Duration::from_millis);
                 });
             }
+            // New retention settings apply now rather than at the next periodic pass.
+            shard.retention_now.notify_one();
         }
         Ok(info)
     }
@@ -705,17 +792,23 @@ impl Broker {
                     shard: k,
                 };
                 let shard = self.shards.lock().get(&key).cloned()?;
-                let (first, next) = match &shard.log {
-                    Some(log) => (log.first_offset(), log.committed_offset()),
-                    None => (0, shard.ephemeral_next.load(Ordering::Acquire)),
-                };
-                Some(ShardInfo {
-                    shard: k,
-                    first_offset: first,
-                    next_offset: next,
+                Some(match &shard.tier {
+                    Some(tier) => shard_info(k, tier),
+                    None => ShardInfo {
+                        shard: k,
+                        first_offset: 0,
+                        next_offset: shard.ephemeral_next.load(Ordering::Acquire),
+                        hot_first_offset: 0,
+                        hot_bytes: 0,
+                        cold_bytes: 0,
+                        uploaded_end: 0,
+                        upload_backlog_segments: 0,
+                        upload_backlog_bytes: 0,
+                    },
                 })
             })
             .collect();
+        let stats = self.cold_cache.stats();
         StreamInfo {
             tenant: tenant.to_owned(),
             namespace: namespace.to_owned(),
@@ -723,7 +816,39 @@ impl Broker {
             version,
             config: settings_to_config(settings),
             shards,
+            cache_hits: stats.hits.load(Ordering::Relaxed),
+            cache_misses: stats.misses.load(Ordering::Relaxed),
         }
+    }
+
+    /// Opens every shard of a durable stream, so its upload and retention run.
+    fn open_shards(&self, tenant: &str, namespace: &str, name: &str) -> Result<(), ErrorBody> {
+        let (_, settings) = self.stream_settings(tenant, namespace, name)?;
+        if settings.durability == Durability::Durable {
+            for k in 0..settings.shards {
+                self.shard(tenant, namespace, name, k)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A stream's segments and objects, per shard, oldest first.
+    pub async fn list_segments(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Vec<SegmentInfo>, ErrorBody> {
+        self.open_shards(tenant, namespace, name)?;
+        let (_, settings) = self.stream_settings(tenant, namespace, name)?;
+        let mut out = Vec::new();
+        for k in 0..settings.shards {
+            let (shard, _) = self.shard(tenant, namespace, name, k)?;
+            if let Some(tier) = &shard.tier {
+                out.extend(segment_infos(k, tier));
+            }
+        }
+        Ok(out)
     }
 
     pub async fn describe_stream(
@@ -732,6 +857,7 @@ impl Broker {
         namespace: &str,
         name: &str,
     ) -> Result<StreamInfo, ErrorBody> {
+        self.open_shards(tenant, namespace, name)?;
         let (version, settings) = self.stream_settings(tenant, namespace, name)?;
         Ok(self.info(tenant, namespace, name, version, &settings))
     }
@@ -782,6 +908,23 @@ impl Broker {
             s.fanout.inner.lock().subscribers.clear();
         }
         drop(removed);
+        // The manifest is gone with the stream; its objects go too, in the background.
+        let store = self.tier_store.clone();
+        let cache = self.cold_cache.clone();
+        let prefix = format!("tenant={tenant}/namespace={namespace}/stream={name}/");
+        tokio::spawn(async move {
+            match store.list(&prefix).await {
+                Ok(objects) => {
+                    for (key, _) in objects {
+                        cache.forget(&key);
+                        if let Err(e) = store.delete(&key).await {
+                            warn!(key, error = %e, "could not delete a deleted stream's object");
+                        }
+                    }
+                }
+                Err(e) => warn!(prefix, error = %e, "could not list a deleted stream's objects"),
+            }
+        });
         let dir = self.stream_dir(tenant, namespace, name);
         if dir.exists()
             && let Err(e) = std::fs::remove_dir_all(&dir)
@@ -868,6 +1011,26 @@ impl Broker {
         } else {
             None
         };
+        let (stop_tasks, stop_rx) = watch::channel(false);
+        let retention_now = Arc::new(tokio::sync::Notify::new());
+        let tier = log.as_ref().map(|log| {
+            // This broker is the only writer of its shards' manifests (one node leads
+            // every shard), so its applied state is current; the uploader reloads from the
+            // control plane if a record is ever refused.
+            let manifest = Arc::new(Manifest::new(self.meta.local(|s| ManifestState {
+                objects: s.manifests.get(&key).cloned().unwrap_or_default(),
+                floor: s.manifest_floors.get(&key).copied().unwrap_or(0),
+            })));
+            log.mark_uploaded_below(manifest.uploaded_end());
+            let tier = Arc::new(TieredShard::new(
+                key.clone(),
+                log.clone(),
+                manifest.clone(),
+                Some(self.cold_cache.clone()),
+            ));
+            self.spawn_shard_tasks(&tier, stop_rx, retention_now.clone());
+            tier
+        });
         let s = Arc::new(Shard {
             key: key.clone(),
             log,
@@ -875,9 +1038,62 @@ impl Broker {
             ephemeral_next: AtomicU64::new(0),
             closed,
             producers: tokio::sync::Mutex::new(producers),
+            tier,
+            stop_tasks,
+            retention_now,
         });
         shards.insert(key, s.clone());
         Ok((s, settings))
+    }
+
+    /// Starts a durable shard's uploader and retention tasks.
+    fn spawn_shard_tasks(
+        &self,
+        tier: &Arc<TieredShard>,
+        stop: watch::Receiver<bool>,
+        retention_now: Arc<tokio::sync::Notify>,
+    ) {
+        let key = tier.key.clone();
+        let registry = self.registry.clone();
+        let settings = move || -> Option<StreamSettings> {
+            registry
+                .borrow()
+                .streams
+                .get(&felix_meta::model::stream_key(
+                    &key.tenant,
+                    &key.namespace,
+                    &key.stream,
+                ))
+                .map(|s| s.settings.clone())
+        };
+        let settings: Arc<dyn Fn() -> Option<StreamSettings> + Send + Sync> = Arc::new(settings);
+        let enabled = settings.clone();
+        let uploader = Uploader::new(
+            tier.key.clone(),
+            tier.log.clone(),
+            tier.manifest.clone(),
+            self.tier_store.clone(),
+            self.meta.clone(),
+            self.config.node_id,
+            UploaderConfig {
+                encode: felix_cold::segment::EncodeOptions {
+                    row_group_bytes: self.config.tier_row_group_bytes,
+                    ..Default::default()
+                },
+                ..UploaderConfig::default()
+            },
+            self.tier_observer.clone(),
+        )
+        .with_enabled(Arc::new(move || enabled().is_some_and(|s| s.tiered)));
+        tokio::spawn(uploader.run(stop.clone()));
+        tokio::spawn(run_retention(
+            tier.clone(),
+            self.meta.clone(),
+            settings,
+            Duration::from_millis(self.config.retention_check_ms),
+            retention_now,
+            stop,
+        ));
     }
 
     /// Publishes the batches in `body` (one or more RecordBatch v2) to one shard. With
@@ -1117,7 +1333,7 @@ impl Broker {
     }
 
     /// Opens a subscription on one shard.
-    pub fn subscribe(
+    pub async fn subscribe(
         &self,
         tenant: &str,
         namespace: &str,
@@ -1153,12 +1369,19 @@ impl Broker {
         // find it. A start above the cursor joins live delivery at the cursor and skips
         // what lies below its start.
         let live = log.committed_offset();
-        let first = log.first_offset();
+        let tier = shard.tier.as_ref().expect("durable shard has tiers");
+        let first = tier.earliest_offset();
         let start = match from {
             StartAt::Earliest => first,
             StartAt::Latest => live,
+            StartAt::Offset(o) if o < first => {
+                return Err(cold_error(&ColdError::TooOld {
+                    requested: o,
+                    earliest: first,
+                }));
+            }
             StartAt::Offset(o) => {
-                if o < first || o > live {
+                if o > live {
                     return Err(err(
                         codes::OFFSET_OUT_OF_RANGE,
                         "offset_out_of_range",
@@ -1167,11 +1390,12 @@ impl Broker {
                 }
                 o
             }
-            StartAt::Timestamp(ts) => log
+            StartAt::Timestamp(ts) => tier
                 .offset_for_time(ts)
-                .map_err(|e| log_error(&e))?
+                .await
+                .map_err(|e| cold_error(&e))?
                 .unwrap_or(live)
-                .min(live),
+                .clamp(first, live),
         };
         Ok(Subscription {
             read_limit: MAX_HISTORY_READ,
@@ -1210,12 +1434,186 @@ impl Broker {
         let shards: Vec<Arc<Shard>> = self.shards.lock().drain().map(|(_, s)| s).collect();
         for s in &shards {
             s.closed.store(true, Ordering::Release);
+            let _ = s.stop_tasks.send(true);
             s.fanout.inner.lock().subscribers.clear();
             if let Some(log) = &s.log
                 && let Err(e) = log.sync().await
             {
                 warn!(shard = %s.key, error = %e, "final flush failed");
             }
+        }
+    }
+}
+
+/// A durable shard's offsets and tier sizes.
+fn shard_info(k: u32, tier: &TieredShard) -> ShardInfo {
+    let m = tier.manifest.snapshot();
+    let uploaded_end = m.uploaded_end();
+    let (backlog_n, backlog_bytes) = tier
+        .log
+        .sealed_segments()
+        .iter()
+        .filter(|s| s.last_offset >= uploaded_end)
+        .fold((0, 0), |(n, b), s| (n + 1, b + s.size_bytes));
+    ShardInfo {
+        shard: k,
+        first_offset: tier.earliest_offset(),
+        next_offset: tier.log.committed_offset(),
+        hot_first_offset: tier.log.first_offset(),
+        hot_bytes: tier.log.size_bytes(),
+        cold_bytes: m.cold_bytes(),
+        uploaded_end,
+        upload_backlog_segments: backlog_n,
+        upload_backlog_bytes: backlog_bytes,
+    }
+}
+
+/// A durable shard's objects, then its local segments not covered by them.
+fn segment_infos(k: u32, tier: &TieredShard) -> Vec<SegmentInfo> {
+    let m = tier.manifest.snapshot();
+    let hot_first = tier.log.first_offset();
+    let uploaded_end = m.uploaded_end();
+    let mut out: Vec<SegmentInfo> = m
+        .objects
+        .values()
+        .map(|e| SegmentInfo {
+            shard: k,
+            base_offset: e.base_offset,
+            last_offset: e.last_offset,
+            min_timestamp: e.min_timestamp,
+            max_timestamp: e.max_timestamp,
+            size_bytes: e.size_bytes,
+            tier: "cold".into(),
+            object_key: e.object_key.clone(),
+            local: e.last_offset >= hot_first,
+        })
+        .collect();
+    let mut first_pending = true;
+    for s in tier.log.sealed_segments() {
+        if s.last_offset < uploaded_end {
+            continue;
+        }
+        out.push(SegmentInfo {
+            shard: k,
+            base_offset: s.base_offset.max(uploaded_end),
+            last_offset: s.last_offset,
+            min_timestamp: s.min_timestamp,
+            max_timestamp: s.max_timestamp,
+            size_bytes: s.size_bytes,
+            tier: if first_pending { "uploading" } else { "hot" }.into(),
+            object_key: None,
+            local: true,
+        });
+        first_pending = false;
+    }
+    let offsets = tier.log.offsets();
+    let active_base = out
+        .last()
+        .map_or(hot_first.max(uploaded_end), |s| s.last_offset + 1);
+    if offsets.committed > active_base {
+        out.push(SegmentInfo {
+            shard: k,
+            base_offset: active_base,
+            last_offset: offsets.committed - 1,
+            min_timestamp: 0,
+            max_timestamp: 0,
+            size_bytes: tier.log.size_bytes().saturating_sub(
+                tier.log
+                    .sealed_segments()
+                    .iter()
+                    .map(|s| s.size_bytes)
+                    .sum(),
+            ),
+            tier: "hot".into(),
+            object_key: None,
+            local: true,
+        });
+    }
+    out
+}
+
+/// Probes the object store at startup and every 30 s after, so an unreachable store is
+/// said plainly in the log and in `felix_tier_store_up`.
+async fn probe_object_store(store: TierStore, metrics: Arc<Metrics>) {
+    let mut was_up = None;
+    loop {
+        let up = match store.check().await {
+            Ok(()) => true,
+            Err(e) => {
+                if was_up != Some(false) {
+                    warn!(store = store.description(), error = %e,
+                        "object store unreachable: uploads wait (sealed segments stay local) and \
+                         history older than the local log cannot be read until it returns");
+                }
+                false
+            }
+        };
+        if up && was_up == Some(false) {
+            info!(store = store.description(), "object store reachable again");
+        }
+        metrics.tier_store_up.set(i64::from(up));
+        was_up = Some(up);
+        tokio::time::sleep(Duration::from_secs(if up { 30 } else { 5 })).await;
+    }
+}
+
+/// Opens every durable shard once the registry is loaded, so uploads and retention resume
+/// after a restart without waiting for a client to touch each stream.
+async fn open_durable_shards(broker: std::sync::Weak<Broker>) {
+    loop {
+        let Some(b) = broker.upgrade() else { return };
+        if b.meta.is_ready() {
+            let streams: Vec<(String, String, String)> = b
+                .registry
+                .borrow()
+                .streams
+                .values()
+                .filter(|s| s.settings.durability == Durability::Durable)
+                .map(|s| (s.tenant.clone(), s.namespace.clone(), s.name.clone()))
+                .collect();
+            for (t, n, s) in streams {
+                if let Err(e) = b.open_shards(&t, &n, &s) {
+                    warn!(stream = format!("{t}/{n}/{s}"), error = %e.message, "could not open a stream's shards");
+                }
+            }
+            return;
+        }
+        drop(b);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Applies a shard's retention settings every `every`, until stopped.
+async fn run_retention(
+    tier: Arc<TieredShard>,
+    meta: MetaHandle,
+    settings: Arc<dyn Fn() -> Option<StreamSettings> + Send + Sync>,
+    every: Duration,
+    now: Arc<tokio::sync::Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(every) => {}
+            _ = now.notified() => {}
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let Some(s) = settings() else { return };
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        // Everything committed is acknowledgeable on a Leader shard.
+        let acked_end = tier.log.committed_offset();
+        match retention::enforce(&tier, &meta, &s, acked_end, now_ms).await {
+            Ok(r) if r.objects_deleted + r.segments_deleted > 0 => {
+                info!(shard = %tier.key, objects = r.objects_deleted, segments = r.segments_deleted,
+                    earliest = r.earliest_offset, "retention applied");
+            }
+            Ok(_) => {}
+            Err(e) => warn!(shard = %tier.key, error = %e, "retention pass failed; retrying later"),
         }
     }
 }

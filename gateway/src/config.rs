@@ -39,6 +39,14 @@ pub mod defaults {
     pub const META_SNAPSHOT_LOGS: u64 = 5000;
     pub const SEGMENT_BYTES: u64 = 256 * MIB as u64;
     pub const SEGMENT_MS: u64 = 3_600_000;
+    pub const OBJECT_STORE_TIMEOUT_MS: u64 = 30_000;
+    pub const OBJECT_STORE_MAX_RETRIES: usize = 5;
+    pub const OBJECT_STORE_CONCURRENCY: usize = 16;
+    pub const CACHE_MEMORY_BYTES: usize = 64 * MIB;
+    pub const CACHE_DISK_BYTES: u64 = 1024 * MIB as u64;
+    pub const COLD_PREFETCH_ROW_GROUPS: usize = 2;
+    pub const TIER_ROW_GROUP_BYTES: usize = 4 * MIB;
+    pub const RETENTION_CHECK_MS: u64 = 10_000;
 }
 
 /// The effective configuration of a broker node.
@@ -63,8 +71,37 @@ pub struct BrokerConfig {
     pub admin_addr: SocketAddr,
     /// The control plane's internal HTTP listener (Raft RPCs).
     pub internal_addr: SocketAddr,
-    /// Where sealed segments will be tiered (`file://...`, `s3://...`). Recorded only.
+    /// Where sealed segments are tiered: `file:///path`, `memory://` or
+    /// `s3://bucket/prefix`.
     pub object_store: String,
+    /// Endpoint of an S3-compatible server (MinIO, SeaweedFS, Ceph...); unset: AWS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region; unset: from the AWS chain, else us-east-1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_region: Option<String>,
+    /// Path-style S3 requests; unset: path-style exactly when `s3_endpoint` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_path_style: Option<bool>,
+    /// Per-attempt timeout of an object-store call.
+    pub object_store_timeout_ms: u64,
+    /// Retries of a failed object-store call (with exponential backoff).
+    pub object_store_max_retries: usize,
+    /// Object-store calls in flight at once.
+    pub object_store_concurrency: usize,
+    /// Disk tier of the cold-read cache; unset: `<data_dir>/cache`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<PathBuf>,
+    /// Memory tier of the cold-read cache.
+    pub cache_memory_bytes: usize,
+    /// Disk tier of the cold-read cache (0: memory only).
+    pub cache_disk_bytes: u64,
+    /// Row groups a sequential cold reader fetches ahead.
+    pub cold_prefetch_row_groups: usize,
+    /// Input bytes per Parquet row group of an uploaded object.
+    pub tier_row_group_bytes: usize,
+    /// How often each shard applies its retention settings.
+    pub retention_check_ms: u64,
     /// PEM certificate chain of the QUIC listener; without it (and `tls_key`) a CA and a
     /// certificate are generated under `<data_dir>/tls`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,6 +163,18 @@ impl Default for BrokerConfig {
             meta_snapshot_logs: defaults::META_SNAPSHOT_LOGS,
             segment_bytes: defaults::SEGMENT_BYTES,
             segment_ms: defaults::SEGMENT_MS,
+            s3_endpoint: None,
+            s3_region: None,
+            s3_path_style: None,
+            object_store_timeout_ms: defaults::OBJECT_STORE_TIMEOUT_MS,
+            object_store_max_retries: defaults::OBJECT_STORE_MAX_RETRIES,
+            object_store_concurrency: defaults::OBJECT_STORE_CONCURRENCY,
+            cache_dir: None,
+            cache_memory_bytes: defaults::CACHE_MEMORY_BYTES,
+            cache_disk_bytes: defaults::CACHE_DISK_BYTES,
+            cold_prefetch_row_groups: defaults::COLD_PREFETCH_ROW_GROUPS,
+            tier_row_group_bytes: defaults::TIER_ROW_GROUP_BYTES,
+            retention_check_ms: defaults::RETENTION_CHECK_MS,
         }
     }
 }
@@ -204,6 +253,18 @@ const SETTINGS: &[(&str, &str)] = &[
     ("meta_snapshot_logs", "FELIX_META_SNAPSHOT_LOGS"),
     ("segment_bytes", "FELIX_SEGMENT_BYTES"),
     ("segment_ms", "FELIX_SEGMENT_MS"),
+    ("s3_endpoint", "FELIX_S3_ENDPOINT"),
+    ("s3_region", "FELIX_S3_REGION"),
+    ("s3_path_style", "FELIX_S3_PATH_STYLE"),
+    ("object_store_timeout_ms", "FELIX_OBJECT_STORE_TIMEOUT_MS"),
+    ("object_store_max_retries", "FELIX_OBJECT_STORE_MAX_RETRIES"),
+    ("object_store_concurrency", "FELIX_OBJECT_STORE_CONCURRENCY"),
+    ("cache_dir", "FELIX_CACHE_DIR"),
+    ("cache_memory_bytes", "FELIX_CACHE_MEMORY_BYTES"),
+    ("cache_disk_bytes", "FELIX_CACHE_DISK_BYTES"),
+    ("cold_prefetch_row_groups", "FELIX_COLD_PREFETCH_ROW_GROUPS"),
+    ("tier_row_group_bytes", "FELIX_TIER_ROW_GROUP_BYTES"),
+    ("retention_check_ms", "FELIX_RETENTION_CHECK_MS"),
 ];
 
 /// The environment variable naming the config file when `--config` is not given.
@@ -260,10 +321,77 @@ pub struct Args {
     #[arg(long, value_name = "IP:PORT")]
     pub internal_addr: Option<SocketAddr>,
 
-    /// Object store for tiered segments (recorded only: tiering comes later).
-    /// Env: FELIX_OBJECT_STORE. Default: file://<data-dir>/objects.
+    /// Object store for sealed segments: file:///PATH, memory:// (lost on exit; tests) or
+    /// s3://BUCKET/PREFIX (credentials and region from the standard AWS chain: env,
+    /// profile, web identity, instance metadata). Env: FELIX_OBJECT_STORE.
+    /// Default: file://<data-dir>/objects.
     #[arg(long, value_name = "URL")]
     pub object_store: Option<String>,
+
+    /// Endpoint of an S3-compatible server, e.g. http://127.0.0.1:8333 (MinIO, SeaweedFS,
+    /// Ceph). Env: FELIX_S3_ENDPOINT. Default: AWS S3.
+    #[arg(long, value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+
+    /// S3 region. Env: FELIX_S3_REGION. Default: the AWS chain's, else us-east-1.
+    #[arg(long, value_name = "REGION")]
+    pub s3_region: Option<String>,
+
+    /// Path-style S3 requests (bucket in the path, not the host name).
+    /// Env: FELIX_S3_PATH_STYLE. Default: true when --s3-endpoint is set, else false.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        value_parser = parse_bool,
+        num_args = 0..=1,
+        default_missing_value = "true",
+    )]
+    pub s3_path_style: Option<bool>,
+
+    /// Timeout of one object-store call attempt. Env: FELIX_OBJECT_STORE_TIMEOUT_MS.
+    /// Default: 30000.
+    #[arg(long, value_name = "MS")]
+    pub object_store_timeout_ms: Option<u64>,
+
+    /// Retries of a failed object-store call, with exponential backoff (uploads are also
+    /// retried indefinitely on top of this). Env: FELIX_OBJECT_STORE_MAX_RETRIES. Default: 5.
+    #[arg(long, value_name = "N")]
+    pub object_store_max_retries: Option<usize>,
+
+    /// Object-store calls in flight at once (uploads and cold reads together).
+    /// Env: FELIX_OBJECT_STORE_CONCURRENCY. Default: 16.
+    #[arg(long, value_name = "N")]
+    pub object_store_concurrency: Option<usize>,
+
+    /// Directory of the cold-read cache's disk tier (safe to wipe while stopped).
+    /// Env: FELIX_CACHE_DIR. Default: <data-dir>/cache.
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+
+    /// Memory tier of the cold-read cache. Env: FELIX_CACHE_MEMORY_BYTES.
+    /// Default: 67108864 (64 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub cache_memory_bytes: Option<usize>,
+
+    /// Disk tier of the cold-read cache; 0 keeps it in memory only.
+    /// Env: FELIX_CACHE_DISK_BYTES. Default: 1073741824 (1 GiB).
+    #[arg(long, value_name = "BYTES")]
+    pub cache_disk_bytes: Option<u64>,
+
+    /// Row groups a sequential cold reader fetches ahead of the one it reads (0: none).
+    /// Env: FELIX_COLD_PREFETCH_ROW_GROUPS. Default: 2.
+    #[arg(long, value_name = "N")]
+    pub cold_prefetch_row_groups: Option<usize>,
+
+    /// Input bytes per Parquet row group in uploaded objects (the unit of a cold ranged
+    /// read). Env: FELIX_TIER_ROW_GROUP_BYTES. Default: 4194304 (4 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub tier_row_group_bytes: Option<usize>,
+
+    /// How often each shard applies its retention settings.
+    /// Env: FELIX_RETENTION_CHECK_MS. Default: 10000.
+    #[arg(long, value_name = "MS")]
+    pub retention_check_ms: Option<u64>,
 
     /// PEM certificate chain for the QUIC listener (needs --tls-key). Without both, a CA
     /// and a certificate for localhost are generated under DATA_DIR/tls.
@@ -363,6 +491,10 @@ impl Args {
             subscriber_queue_max_bytes, subscriber_egress_max_bytes, pub_queue_depth,
             publish_queue_wait_timeout_ms, max_frame_bytes, max_batch_bytes,
             quic_idle_timeout_ms, meta_snapshot_logs, segment_bytes, segment_ms,
+            s3_endpoint, s3_region, s3_path_style, object_store_timeout_ms,
+            object_store_max_retries, object_store_concurrency, cache_dir, cache_memory_bytes,
+            cache_disk_bytes, cold_prefetch_row_groups, tier_row_group_bytes,
+            retention_check_ms,
         )
     }
 
@@ -410,6 +542,18 @@ impl Args {
             meta_snapshot_logs: env.parsed("FELIX_META_SNAPSHOT_LOGS")?,
             segment_bytes: env.parsed("FELIX_SEGMENT_BYTES")?,
             segment_ms: env.parsed("FELIX_SEGMENT_MS")?,
+            s3_endpoint: env.get("FELIX_S3_ENDPOINT", |s| Ok(s.to_owned()))?,
+            s3_region: env.get("FELIX_S3_REGION", |s| Ok(s.to_owned()))?,
+            s3_path_style: env.get("FELIX_S3_PATH_STYLE", parse_bool)?,
+            object_store_timeout_ms: env.parsed("FELIX_OBJECT_STORE_TIMEOUT_MS")?,
+            object_store_max_retries: env.parsed("FELIX_OBJECT_STORE_MAX_RETRIES")?,
+            object_store_concurrency: env.parsed("FELIX_OBJECT_STORE_CONCURRENCY")?,
+            cache_dir: env.get("FELIX_CACHE_DIR", |s| Ok(PathBuf::from(s)))?,
+            cache_memory_bytes: env.parsed("FELIX_CACHE_MEMORY_BYTES")?,
+            cache_disk_bytes: env.parsed("FELIX_CACHE_DISK_BYTES")?,
+            cold_prefetch_row_groups: env.parsed("FELIX_COLD_PREFETCH_ROW_GROUPS")?,
+            tier_row_group_bytes: env.parsed("FELIX_TIER_ROW_GROUP_BYTES")?,
+            retention_check_ms: env.parsed("FELIX_RETENTION_CHECK_MS")?,
         })
     }
 }
@@ -610,6 +754,26 @@ impl BrokerConfig {
             meta_snapshot_logs: layer.meta_snapshot_logs.unwrap_or(d.meta_snapshot_logs),
             segment_bytes: layer.segment_bytes.unwrap_or(d.segment_bytes),
             segment_ms: layer.segment_ms.unwrap_or(d.segment_ms),
+            s3_endpoint: layer.s3_endpoint,
+            s3_region: layer.s3_region,
+            s3_path_style: layer.s3_path_style,
+            object_store_timeout_ms: layer
+                .object_store_timeout_ms
+                .unwrap_or(d.object_store_timeout_ms),
+            object_store_max_retries: layer
+                .object_store_max_retries
+                .unwrap_or(d.object_store_max_retries),
+            object_store_concurrency: layer
+                .object_store_concurrency
+                .unwrap_or(d.object_store_concurrency),
+            cache_dir: layer.cache_dir,
+            cache_memory_bytes: layer.cache_memory_bytes.unwrap_or(d.cache_memory_bytes),
+            cache_disk_bytes: layer.cache_disk_bytes.unwrap_or(d.cache_disk_bytes),
+            cold_prefetch_row_groups: layer
+                .cold_prefetch_row_groups
+                .unwrap_or(d.cold_prefetch_row_groups),
+            tier_row_group_bytes: layer.tier_row_group_bytes.unwrap_or(d.tier_row_group_bytes),
+            retention_check_ms: layer.retention_check_ms.unwrap_or(d.retention_check_ms),
         };
         config.validate()?;
         Ok(config)
@@ -648,6 +812,7 @@ impl BrokerConfig {
             ));
         }
         match self.object_store.split_once("://") {
+            Some(("memory", "")) => {}
             Some((scheme, rest)) if !scheme.is_empty() && !rest.is_empty() => {}
             _ => {
                 return Err(invalid(
@@ -689,6 +854,14 @@ impl BrokerConfig {
             ("meta_snapshot_logs", self.meta_snapshot_logs),
             ("segment_bytes", self.segment_bytes),
             ("segment_ms", self.segment_ms),
+            ("object_store_timeout_ms", self.object_store_timeout_ms),
+            (
+                "object_store_concurrency",
+                self.object_store_concurrency as u64,
+            ),
+            ("cache_memory_bytes", self.cache_memory_bytes as u64),
+            ("tier_row_group_bytes", self.tier_row_group_bytes as u64),
+            ("retention_check_ms", self.retention_check_ms),
         ];
         for (key, value) in at_least_one {
             if value == 0 {
@@ -717,6 +890,34 @@ impl BrokerConfig {
     /// afterwards falls back to the default (periodic, 250 ms).
     pub fn fsync_policy(&self) -> felix_hot::FsyncPolicy {
         self.fsync.parse().unwrap_or_default()
+    }
+
+    /// The object store's settings.
+    pub fn store_config(&self) -> felix_cold::store::StoreConfig {
+        felix_cold::store::StoreConfig {
+            url: self.object_store.clone(),
+            s3_endpoint: self.s3_endpoint.clone(),
+            s3_region: self.s3_region.clone(),
+            s3_path_style: self.s3_path_style.unwrap_or(self.s3_endpoint.is_some()),
+            op_timeout: std::time::Duration::from_millis(self.object_store_timeout_ms),
+            max_retries: self.object_store_max_retries,
+            max_concurrency: self.object_store_concurrency,
+            ..felix_cold::store::StoreConfig::default()
+        }
+    }
+
+    /// The cold-read cache's settings.
+    pub fn cache_config(&self) -> felix_cold::cache::CacheConfig {
+        felix_cold::cache::CacheConfig {
+            memory_bytes: self.cache_memory_bytes,
+            disk_bytes: self.cache_disk_bytes,
+            prefetch_row_groups: self.cold_prefetch_row_groups,
+            ..felix_cold::cache::CacheConfig::new(
+                self.cache_dir
+                    .clone()
+                    .unwrap_or_else(|| self.data_dir.join("cache")),
+            )
+        }
     }
 
     /// The configuration as a TOML file that `--config` accepts (what `--check-config`

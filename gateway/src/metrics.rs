@@ -7,6 +7,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -41,6 +42,18 @@ pub struct Metrics {
     pub connections_active: Gauge,
     pub acked_publishes_dropped: Counter,
     pub frames_rejected: Counter,
+    pub tier_store_up: Gauge,
+    pub tier_upload_backlog_segments: Gauge,
+    pub tier_upload_backlog_bytes: Gauge,
+    pub tier_upload_errors: Counter,
+    pub tier_uploaded_objects: Counter,
+    pub tier_uploaded_bytes: Counter,
+    pub tier_upload_lag: Histogram,
+    pub cold_cache_hits: Counter,
+    pub cold_cache_misses: Counter,
+    pub tier_store_gets: Counter,
+    pub tier_store_get_bytes: Counter,
+    pub tier_store_puts: Counter,
 }
 
 impl Default for Metrics {
@@ -65,6 +78,20 @@ impl Metrics {
             connections_active: Gauge::default(),
             acked_publishes_dropped: Counter::default(),
             frames_rejected: Counter::default(),
+            tier_store_up: Gauge::default(),
+            tier_upload_backlog_segments: Gauge::default(),
+            tier_upload_backlog_bytes: Gauge::default(),
+            tier_upload_errors: Counter::default(),
+            tier_uploaded_objects: Counter::default(),
+            tier_uploaded_bytes: Counter::default(),
+            tier_upload_lag: Histogram::new(
+                [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0].into_iter(),
+            ),
+            cold_cache_hits: Counter::default(),
+            cold_cache_misses: Counter::default(),
+            tier_store_gets: Counter::default(),
+            tier_store_get_bytes: Counter::default(),
+            tier_store_puts: Counter::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
@@ -128,7 +155,75 @@ impl Metrics {
             "Frames refused as malformed or oversized",
             m.frames_rejected.clone(),
         );
+        registry.register(
+            "felix_tier_store_up",
+            "1 when the object store answered the last probe, else 0",
+            m.tier_store_up.clone(),
+        );
+        registry.register(
+            "felix_tier_upload_backlog_segments",
+            "Sealed segments not yet covered by uploaded objects",
+            m.tier_upload_backlog_segments.clone(),
+        );
+        registry.register(
+            "felix_tier_upload_backlog_bytes",
+            "Bytes of sealed segments not yet covered by uploaded objects",
+            m.tier_upload_backlog_bytes.clone(),
+        );
+        registry.register(
+            "felix_tier_upload_errors",
+            "Failed upload attempts (each is retried)",
+            m.tier_upload_errors.clone(),
+        );
+        registry.register(
+            "felix_tier_uploaded_objects",
+            "Objects uploaded and recorded in the manifest",
+            m.tier_uploaded_objects.clone(),
+        );
+        registry.register(
+            "felix_tier_uploaded_bytes",
+            "Bytes of objects uploaded and recorded",
+            m.tier_uploaded_bytes.clone(),
+        );
+        registry.register(
+            "felix_tier_upload_lag_seconds",
+            "Time from a segment's seal to its object's manifest record",
+            m.tier_upload_lag.clone(),
+        );
+        registry.register(
+            "felix_cold_cache_hits",
+            "Cold footer and row-group lookups served from the cache",
+            m.cold_cache_hits.clone(),
+        );
+        registry.register(
+            "felix_cold_cache_misses",
+            "Cold footer and row-group lookups that needed a GET",
+            m.cold_cache_misses.clone(),
+        );
+        registry.register(
+            "felix_tier_store_get_requests",
+            "GET requests made to the object store",
+            m.tier_store_gets.clone(),
+        );
+        registry.register(
+            "felix_tier_store_get_bytes",
+            "Bytes fetched from the object store",
+            m.tier_store_get_bytes.clone(),
+        );
+        registry.register(
+            "felix_tier_store_put_requests",
+            "PUT requests (and multipart parts) made to the object store",
+            m.tier_store_puts.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Sets a counter to `value` (counters kept elsewhere as plain atomics).
+    pub fn sync_counter(counter: &Counter, value: u64) {
+        let now = counter.get();
+        if value > now {
+            counter.inc_by(value - now);
+        }
     }
 
     /// The text exposition for `/metrics`.
@@ -143,5 +238,47 @@ impl Metrics {
         TenantLabel {
             tenant: t.to_owned(),
         }
+    }
+}
+
+/// The uploader's reports, as metrics.
+pub struct TierMetrics {
+    metrics: std::sync::Arc<Metrics>,
+    backlog: parking_lot::Mutex<std::collections::HashMap<felix_meta::model::ShardKey, (u64, u64)>>,
+}
+
+impl TierMetrics {
+    pub fn new(metrics: std::sync::Arc<Metrics>) -> TierMetrics {
+        TierMetrics {
+            metrics,
+            backlog: parking_lot::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+}
+
+impl felix_cold::uploader::TierObserver for TierMetrics {
+    fn upload_failed(&self, _: &felix_meta::model::ShardKey, _: &felix_cold::ColdError) {
+        self.metrics.tier_upload_errors.inc();
+    }
+
+    fn uploaded(
+        &self,
+        _: &felix_meta::model::ShardKey,
+        entry: &felix_meta::model::SegmentEntry,
+        lag: Option<std::time::Duration>,
+    ) {
+        self.metrics.tier_uploaded_objects.inc();
+        self.metrics.tier_uploaded_bytes.inc_by(entry.size_bytes);
+        if let Some(lag) = lag {
+            self.metrics.tier_upload_lag.observe(lag.as_secs_f64());
+        }
+    }
+
+    fn backlog(&self, shard: &felix_meta::model::ShardKey, segments: u64, bytes: u64) {
+        let mut b = self.backlog.lock();
+        b.insert(shard.clone(), (segments, bytes));
+        let (n, total) = b.values().fold((0, 0), |(n, t), (s, by)| (n + s, t + by));
+        self.metrics.tier_upload_backlog_segments.set(n as i64);
+        self.metrics.tier_upload_backlog_bytes.set(total as i64);
     }
 }

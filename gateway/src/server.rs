@@ -312,6 +312,14 @@ async fn handle_stream(
             Ok((producer_id, epoch)) => Response::ProducerId { producer_id, epoch },
             Err(e) => Response::Error(e),
         },
+        Request::ListSegments {
+            tenant,
+            namespace,
+            stream,
+        } => match broker.list_segments(&tenant, &namespace, &stream).await {
+            Ok(segments) => Response::Segments { segments },
+            Err(e) => Response::Error(e),
+        },
     };
     respond(&mut send, &response).await;
     let _ = send.finish();
@@ -343,7 +351,10 @@ async fn serve_subscription(
     from: felix_wire::protocol::StartAt,
     announce_lag: bool,
 ) {
-    let mut sub = match broker.subscribe(tenant, namespace, stream, shard, from) {
+    let mut sub = match broker
+        .subscribe(tenant, namespace, stream, shard, from)
+        .await
+    {
         Ok(s) => s,
         Err(e) => {
             respond(send, &Response::Error(e)).await;
@@ -415,6 +426,7 @@ async fn serve_subscription(
                 }
                 body
             }
+            SubEvent::Failed(body) => body,
             SubEvent::Closed => ErrorBody::new(
                 codes::SHARD_UNAVAILABLE,
                 "shard_closed",

@@ -12,4 +12,5 @@ mod broker {
     mod felixctl;
     mod idempotence;
     mod ordering;
+    mod tiering;
 }

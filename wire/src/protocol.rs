@@ -222,14 +222,57 @@ pub struct StreamInfo {
     /// Per shard: first and next offset (durable streams on this broker).
     #[serde(default)]
     pub shards: Vec<ShardInfo>,
+    /// Cold-cache lookups (footers and row groups, the broker's whole cache) served
+    /// without a GET, and those that needed one, since the broker started.
+    #[serde(default)]
+    pub cache_hits: u64,
+    #[serde(default)]
+    pub cache_misses: u64,
 }
 
-/// A shard's offsets.
+/// A shard's offsets and tiers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardInfo {
     pub shard: u32,
+    /// The earliest offset a reader can get, in either tier.
     pub first_offset: u64,
     pub next_offset: u64,
+    /// The first offset on this broker's local disk.
+    #[serde(default)]
+    pub hot_first_offset: u64,
+    /// Bytes of local segments.
+    #[serde(default)]
+    pub hot_bytes: u64,
+    /// Bytes of recorded objects.
+    #[serde(default)]
+    pub cold_bytes: u64,
+    /// One past the last offset covered by recorded objects.
+    #[serde(default)]
+    pub uploaded_end: u64,
+    /// Sealed segments (and their bytes) not yet covered by objects.
+    #[serde(default)]
+    pub upload_backlog_segments: u64,
+    #[serde(default)]
+    pub upload_backlog_bytes: u64,
+}
+
+/// One segment or object of a shard, as `felixctl segments` lists them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    pub shard: u32,
+    pub base_offset: u64,
+    pub last_offset: u64,
+    pub min_timestamp: i64,
+    pub max_timestamp: i64,
+    pub size_bytes: u64,
+    /// `hot` (local, not yet covered by objects), `uploading` (sealed, next in line),
+    /// or `cold` (a recorded object; a local copy may still exist).
+    pub tier: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_key: Option<String>,
+    /// Whether this broker still holds the records locally.
+    #[serde(default)]
+    pub local: bool,
 }
 
 /// A request: the header of a `Request` frame. Only `Publish` has a body (its batches).
@@ -293,6 +336,12 @@ pub enum Request {
     },
     /// Asks for an idempotent producer id.
     ProducerInit {},
+    /// Lists a stream's segments and objects, oldest first, per shard.
+    ListSegments {
+        tenant: String,
+        namespace: String,
+        stream: String,
+    },
 }
 
 /// A response: the header of a `Response` frame.
@@ -327,6 +376,9 @@ pub enum Response {
         producer_id: i64,
         epoch: i16,
     },
+    Segments {
+        segments: Vec<SegmentInfo>,
+    },
     Error(ErrorBody),
 }
 
@@ -356,6 +408,9 @@ pub struct ErrorBody {
     /// For `subscription_lagged`: the offset to resume from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_offset: Option<u64>,
+    /// For `offset_too_old`: the earliest offset the shard still holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earliest_offset: Option<u64>,
 }
 
 /// Stable error codes. A retired code stays retired: never reuse a number.
@@ -381,6 +436,9 @@ pub mod codes {
     pub const VERSION_CONFLICT: u16 = 19;
     pub const FRAME_TOO_LARGE: u16 = 20;
     pub const METADATA_UNAVAILABLE: u16 = 21;
+    /// The requested offset was removed by retention; `earliest_offset` says where the
+    /// shard now starts.
+    pub const OFFSET_TOO_OLD: u16 = 22;
 }
 
 impl ErrorBody {
@@ -392,6 +450,7 @@ impl ErrorBody {
             message: message.into(),
             retry_after_ms: None,
             resume_offset: None,
+            earliest_offset: None,
         }
     }
     /// Marks the error retryable after `ms`.

@@ -34,6 +34,8 @@ Examples:
   seq 1 1000 | felixctl publish acme/prod/orders --output jsonl
   felixctl publish acme/prod/orders --count 100000 --size 1024 --compression lz4
   felixctl subscribe acme/prod/orders --from earliest --count 10 --output jsonl
+  felixctl segments acme/prod/orders --output jsonl
+  felixctl stream alter acme/prod/orders --retention-ms 7d --hot-retention-bytes 10GiB
 
 Exit codes: 0 success, 1 failure, 2 usage error.";
 
@@ -85,6 +87,15 @@ enum Command {
     Publish(PublishArgs),
     /// Print a stream's records as they arrive (all shards unless --shard).
     Subscribe(SubscribeArgs),
+    /// List a stream's segments and objects: offsets, timestamps, size, tier and object key.
+    Segments {
+        /// The stream, as TENANT/NAMESPACE/STREAM.
+        #[arg(value_name = "TENANT/NS/STREAM", value_parser = stream_path)]
+        path: StreamPath,
+        /// text: an aligned table; jsonl: one JSON object per segment.
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -409,6 +420,17 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Stream(cmd) => stream_command(&client, cmd).await?,
         Command::Publish(args) => publish(&client, args).await?,
         Command::Subscribe(args) => subscribe(&client, args).await?,
+        Command::Segments {
+            path: (t, ns, s),
+            output,
+        } => {
+            let segments = client
+                .list_segments(&t, &ns, &s)
+                .await
+                .with_context(|| format!("listing segments of {t}/{ns}/{s}"))?;
+            print_segments(&segments, output)?;
+            0
+        }
     };
     client.close().await;
     Ok(code)
@@ -499,7 +521,7 @@ async fn stream_command(client: &Client, cmd: StreamCommand) -> anyhow::Result<u
                 .describe_stream(&t, &ns, &s)
                 .await
                 .with_context(|| format!("describing stream {t}/{ns}/{s}"))?;
-            print_json(&info)?;
+            print_json(&describe_json(&info)?)?;
         }
         StreamCommand::List { path: (t, ns) } => {
             let streams = client
@@ -517,6 +539,62 @@ async fn stream_command(client: &Client, cmd: StreamCommand) -> anyhow::Result<u
         }
     }
     Ok(0)
+}
+
+/// The stream as JSON, with the figures an operator asks for computed: per shard the
+/// upload lag (records committed but not yet in recorded objects), and the broker's cold
+/// cache hit rate.
+fn describe_json(info: &felix_client::StreamInfo) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(info)?;
+    if let Some(shards) = v.get_mut("shards").and_then(|s| s.as_array_mut()) {
+        for (json, shard) in shards.iter_mut().zip(&info.shards) {
+            let lag = if info.config.tiered == Some(true) {
+                shard.next_offset.saturating_sub(shard.uploaded_end)
+            } else {
+                0
+            };
+            json["upload_lag_records"] = lag.into();
+        }
+    }
+    let lookups = info.cache_hits + info.cache_misses;
+    v["cache_hit_rate"] = if lookups > 0 {
+        (info.cache_hits as f64 / lookups as f64).into()
+    } else {
+        serde_json::Value::Null
+    };
+    Ok(v)
+}
+
+fn print_segments(segments: &[felix_client::SegmentInfo], output: Output) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match output {
+        Output::Jsonl => {
+            for s in segments {
+                writeln!(out, "{}", serde_json::to_string(s)?)?;
+            }
+        }
+        Output::Text => {
+            writeln!(
+                out,
+                "{:>5} {:>20} {:>20} {:>9} {:>12} {:<5}  OBJECT",
+                "SHARD", "BASE", "LAST", "TIER", "BYTES", "LOCAL"
+            )?;
+            for s in segments {
+                writeln!(
+                    out,
+                    "{:>5} {:>20} {:>20} {:>9} {:>12} {:<5}  {}",
+                    s.shard,
+                    s.base_offset,
+                    s.last_offset,
+                    s.tier,
+                    s.size_bytes,
+                    if s.local { "yes" } else { "no" },
+                    s.object_key.as_deref().unwrap_or("-")
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------

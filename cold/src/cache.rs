@@ -1,0 +1,452 @@
+//! Cold reads through a cache: object footers and row groups in a foyer `HybridCache`
+//! (memory + local disk), decoded row groups in a small memory cache for sequential readers,
+//! and read-ahead so a catching-up reader finds the next row groups already fetched.
+//!
+//! Identical concurrent fetches are coalesced by the hybrid cache's `get_or_fetch`: ten
+//! subscribers replaying the same object cost one GET per row group. Every fetch goes
+//! through the [`TierStore`], whose concurrency limit keeps cold reads from crowding the
+//! uploads and, through them, the publish path.
+
+use std::collections::HashMap;
+use std::hash::Hash;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::{Bytes, BytesMut};
+use foyer::{
+    BlockEngineConfig, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder,
+    HybridCachePolicy, Source,
+};
+use parking_lot::Mutex;
+
+use crate::error::ColdError;
+use crate::segment::{DecodedRowGroup, ObjectFooter, decode_row_group};
+use crate::store::TierStore;
+
+/// How much the cache may hold. The defaults are fixed sizes, never a share of free disk:
+/// a broker's disk belongs to its hot logs first.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// Directory of the disk tier (created if missing).
+    pub dir: PathBuf,
+    /// Memory tier of the hybrid cache (raw footers and row groups).
+    pub memory_bytes: usize,
+    /// Disk tier; 0 keeps the cache in memory only.
+    pub disk_bytes: u64,
+    /// Decoded row groups kept for sequential readers.
+    pub decoded_bytes: usize,
+    /// Row groups a sequential reader fetches ahead of the one it reads.
+    pub prefetch_row_groups: usize,
+}
+
+impl CacheConfig {
+    pub fn new(dir: impl Into<PathBuf>) -> CacheConfig {
+        CacheConfig {
+            dir: dir.into(),
+            memory_bytes: 64 << 20,
+            disk_bytes: 1 << 30,
+            decoded_bytes: 64 << 20,
+            prefetch_row_groups: 2,
+        }
+    }
+}
+
+/// Counters since start.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    /// Footer and row group lookups served without a GET.
+    pub hits: AtomicU64,
+    /// Lookups that had to fetch from the object store.
+    pub misses: AtomicU64,
+}
+
+impl CacheStats {
+    /// Hits over lookups, or `None` before the first lookup.
+    pub fn hit_rate(&self) -> Option<f64> {
+        let h = self.hits.load(Ordering::Relaxed);
+        let m = self.misses.load(Ordering::Relaxed);
+        (h + m > 0).then(|| h as f64 / (h + m) as f64)
+    }
+}
+
+/// What one cold read returned.
+#[derive(Debug, Clone)]
+pub struct ColdRead {
+    /// Whole RecordBatch v2 batches; the first holds the requested offset.
+    pub batches: Bytes,
+    /// One past the last offset returned (the requested offset if nothing was).
+    pub next_offset: u64,
+}
+
+/// A small least-recently-used map, weighed in bytes. Linear eviction is fine: it holds
+/// tens of entries.
+struct Lru<K, V> {
+    entries: HashMap<K, (Arc<V>, u64, usize)>,
+    tick: u64,
+    weight: usize,
+    capacity: usize,
+}
+
+impl<K: Hash + Eq + Clone, V> Lru<K, V> {
+    fn new(capacity: usize) -> Self {
+        Lru {
+            entries: HashMap::new(),
+            tick: 0,
+            weight: 0,
+            capacity,
+        }
+    }
+
+    fn get(&mut self, k: &K) -> Option<Arc<V>> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.entries.get_mut(k).map(|e| {
+            e.1 = tick;
+            e.0.clone()
+        })
+    }
+
+    fn insert(&mut self, k: K, v: Arc<V>, weight: usize) {
+        self.tick += 1;
+        if let Some(old) = self.entries.insert(k, (v, self.tick, weight)) {
+            self.weight -= old.2;
+        }
+        self.weight += weight;
+        while self.weight > self.capacity && self.entries.len() > 1 {
+            let oldest = self
+                .entries
+                .iter()
+                .min_by_key(|(_, e)| e.1)
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest
+                && let Some(e) = self.entries.remove(&k)
+            {
+                self.weight -= e.2;
+            }
+        }
+    }
+
+    fn remove_where(&mut self, mut f: impl FnMut(&K) -> bool) {
+        let gone: Vec<K> = self.entries.keys().filter(|k| f(k)).cloned().collect();
+        for k in gone {
+            if let Some(e) = self.entries.remove(&k) {
+                self.weight -= e.2;
+            }
+        }
+    }
+}
+
+struct Inner {
+    store: TierStore,
+    hybrid: HybridCache<String, Bytes>,
+    footers: Mutex<Lru<String, ObjectFooter>>,
+    decoded: Mutex<Lru<(String, usize), DecodedRowGroup>>,
+    config: CacheConfig,
+    stats: CacheStats,
+}
+
+/// The cold tier's read cache. Cheap to clone.
+#[derive(Clone)]
+pub struct ColdCache {
+    inner: Arc<Inner>,
+}
+
+impl ColdCache {
+    /// Opens the cache. The disk tier starts empty: after a restart, replay refetches what
+    /// it needs (a cache directory can be wiped at any time).
+    pub async fn open(store: TierStore, config: CacheConfig) -> Result<ColdCache, ColdError> {
+        let builder = HybridCacheBuilder::new()
+            .with_name("felix-cold")
+            .with_policy(HybridCachePolicy::WriteOnInsertion)
+            .memory(config.memory_bytes.max(1 << 20))
+            .with_weighter(|k: &String, v: &Bytes| k.len() + v.len())
+            .storage();
+        let hybrid = if config.disk_bytes > 0 {
+            std::fs::create_dir_all(&config.dir).map_err(|e| {
+                ColdError::Cache(format!("cannot create {}: {e}", config.dir.display()))
+            })?;
+            let device = FsDeviceBuilder::new(&config.dir)
+                .with_capacity(config.disk_bytes as usize)
+                .build()
+                .map_err(|e| ColdError::Cache(format!("disk tier: {e}")))?;
+            // Blocks must hold a whole row group (a few MiB); smaller disks get smaller
+            // blocks so there are still several to rotate through.
+            let block = (config.disk_bytes / 8).clamp(1 << 20, 16 << 20) as usize;
+            builder
+                .with_engine_config(BlockEngineConfig::new(device).with_block_size(block))
+                .build()
+                .await
+        } else {
+            builder.build().await
+        }
+        .map_err(|e| ColdError::Cache(e.to_string()))?;
+        Ok(ColdCache {
+            inner: Arc::new(Inner {
+                store,
+                hybrid,
+                footers: Mutex::new(Lru::new(16 << 20)),
+                decoded: Mutex::new(Lru::new(config.decoded_bytes.max(1 << 20))),
+                config,
+                stats: CacheStats::default(),
+            }),
+        })
+    }
+
+    pub fn stats(&self) -> &CacheStats {
+        &self.inner.stats
+    }
+
+    pub fn store(&self) -> &TierStore {
+        &self.inner.store
+    }
+
+    /// Flushes and closes the disk tier.
+    pub async fn close(&self) {
+        if let Err(e) = self.inner.hybrid.close().await {
+            tracing::warn!(error = %e, "closing the cold cache failed");
+        }
+    }
+
+    /// Forgets everything cached for an object (it was deleted by retention).
+    pub fn forget(&self, key: &str) {
+        let i = &self.inner;
+        i.hybrid.remove(&footer_key(key));
+        if let Some(f) = i.footers.lock().get(&key.to_owned()) {
+            for n in 0..f.row_groups.len() {
+                i.hybrid.remove(&row_group_key(key, n));
+            }
+        }
+        i.footers.lock().remove_where(|k| k == key);
+        i.decoded.lock().remove_where(|(k, _)| k == key);
+    }
+
+    /// The parsed footer of an object of `size` bytes.
+    pub async fn footer(&self, key: &str, size: u64) -> Result<Arc<ObjectFooter>, ColdError> {
+        let i = &self.inner;
+        if let Some(f) = i.footers.lock().get(&key.to_owned()) {
+            i.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(f);
+        }
+        let store = i.store.clone();
+        let owned = key.to_owned();
+        let entry = i
+            .hybrid
+            .get_or_fetch(&footer_key(key), move || async move {
+                fetch_footer_bytes(&store, &owned, size).await
+            })
+            .await
+            .map_err(|e| fetch_error(key, e))?;
+        self.count(entry.source());
+        let tail = entry.value().clone();
+        let footer = match ObjectFooter::parse(&tail, size) {
+            Ok(Ok(f)) => f,
+            Ok(Err(_)) => {
+                return Err(ColdError::Inconsistent(format!(
+                    "object {key}: the cached footer bytes are incomplete"
+                )));
+            }
+            Err(source) => {
+                // Do not keep bytes that do not parse: the next read fetches them again.
+                i.hybrid.remove(&footer_key(key));
+                return Err(ColdError::Segment {
+                    key: key.to_owned(),
+                    source,
+                });
+            }
+        };
+        let footer = Arc::new(footer);
+        i.footers
+            .lock()
+            .insert(key.to_owned(), footer.clone(), tail.len());
+        Ok(footer)
+    }
+
+    /// Row group `n` of an object, decoded back into record batches.
+    pub async fn row_group(
+        &self,
+        key: &str,
+        footer: &Arc<ObjectFooter>,
+        n: usize,
+    ) -> Result<Arc<DecodedRowGroup>, ColdError> {
+        let i = &self.inner;
+        let dkey = (key.to_owned(), n);
+        if let Some(rg) = i.decoded.lock().get(&dkey) {
+            i.stats.hits.fetch_add(1, Ordering::Relaxed);
+            return Ok(rg);
+        }
+        let Some(info) = footer.row_groups.get(n) else {
+            return Err(ColdError::Inconsistent(format!(
+                "object {key} has no row group {n}"
+            )));
+        };
+        let store = i.store.clone();
+        let owned = key.to_owned();
+        let range = info.byte_range.clone();
+        let entry = i
+            .hybrid
+            .get_or_fetch(&row_group_key(key, n), move || async move {
+                store.get_range(&owned, range).await
+            })
+            .await
+            .map_err(|e| fetch_error(key, e))?;
+        self.count(entry.source());
+        let raw = entry.value().clone();
+        let f = footer.clone();
+        // Decoding (zstd + rebuilding batches) is CPU work: keep it off the async workers.
+        let decoded = tokio::task::spawn_blocking(move || decode_row_group(&f, n, raw))
+            .await
+            .map_err(|e| ColdError::Cache(format!("decode task failed: {e}")))?
+            .map_err(|source| {
+                i.hybrid.remove(&row_group_key(key, n));
+                ColdError::Segment {
+                    key: key.to_owned(),
+                    source,
+                }
+            })?;
+        let weight = decoded.batches.len();
+        let decoded = Arc::new(decoded);
+        i.decoded.lock().insert(dkey, decoded.clone(), weight);
+        Ok(decoded)
+    }
+
+    /// Reads whole batches from one object, starting with the batch that holds `from`, up
+    /// to about `max_bytes` (at least one batch if any is left in the object) and never
+    /// reaching `end` (exclusive). Starts read-ahead of the following row groups.
+    pub async fn read(
+        &self,
+        key: &str,
+        size: u64,
+        from: u64,
+        max_bytes: usize,
+        end: u64,
+    ) -> Result<ColdRead, ColdError> {
+        let footer = self.footer(key, size).await?;
+        let mut out = ColdRead {
+            batches: Bytes::new(),
+            next_offset: from,
+        };
+        let Some(mut n) = footer.row_group_for(from) else {
+            return Ok(out);
+        };
+        self.prefetch(key, &footer, n + 1);
+        let mut parts: Vec<Bytes> = Vec::new();
+        let mut taken = 0usize;
+        'groups: while n < footer.row_groups.len() {
+            let rg = self.row_group(key, &footer, n).await?;
+            for (first, next, range) in &rg.index {
+                if *next <= out.next_offset {
+                    continue;
+                }
+                if *first >= end || (taken > 0 && taken + range.len() > max_bytes) {
+                    break 'groups;
+                }
+                parts.push(rg.batches.slice(range.clone()));
+                taken += range.len();
+                out.next_offset = *next;
+            }
+            n += 1;
+            if taken >= max_bytes {
+                break;
+            }
+        }
+        out.batches = match parts.len() {
+            0 => Bytes::new(),
+            1 => parts.pop().unwrap_or_default(),
+            _ => {
+                let mut buf = BytesMut::with_capacity(taken);
+                for p in parts {
+                    buf.extend_from_slice(&p);
+                }
+                buf.freeze()
+            }
+        };
+        Ok(out)
+    }
+
+    /// Fetches and decodes row groups `from..from + depth` in the background.
+    pub fn prefetch(&self, key: &str, footer: &Arc<ObjectFooter>, from: usize) {
+        let depth = self.inner.config.prefetch_row_groups;
+        for n in from..(from + depth).min(footer.row_groups.len()) {
+            let dkey = (key.to_owned(), n);
+            if self.inner.decoded.lock().get(&dkey).is_some() {
+                continue;
+            }
+            let this = self.clone();
+            let key = key.to_owned();
+            let footer = footer.clone();
+            tokio::spawn(async move {
+                if let Err(e) = this.row_group(&key, &footer, n).await {
+                    tracing::debug!(key, row_group = n, error = %e, "read-ahead failed");
+                }
+            });
+        }
+    }
+
+    /// Fetches an object's footer and first row groups in the background (a sequential
+    /// reader is about to cross into it).
+    pub fn prefetch_object(&self, key: &str, size: u64) {
+        if self.inner.config.prefetch_row_groups == 0 {
+            return;
+        }
+        let this = self.clone();
+        let key = key.to_owned();
+        tokio::spawn(async move {
+            match this.footer(&key, size).await {
+                Ok(footer) => this.prefetch(&key, &footer, 0),
+                Err(e) => tracing::debug!(key, error = %e, "read-ahead of next object failed"),
+            }
+        });
+    }
+
+    fn count(&self, source: Source) {
+        let c = match source {
+            Source::Outer => &self.inner.stats.misses,
+            _ => &self.inner.stats.hits,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn footer_key(key: &str) -> String {
+    format!("f|{key}")
+}
+
+fn row_group_key(key: &str, n: usize) -> String {
+    format!("r|{key}|{n}")
+}
+
+/// The tail of an object that holds its whole footer: one GET normally, two when the
+/// footer is larger than the first guess.
+async fn fetch_footer_bytes(store: &TierStore, key: &str, size: u64) -> Result<Bytes, ColdError> {
+    let mut want = ObjectFooter::SUFFIX_HINT.min(size);
+    loop {
+        let tail = store.get_tail(key, size, want).await?;
+        match ObjectFooter::parse(&tail, size) {
+            Ok(Ok(_)) => return Ok(tail),
+            Ok(Err(needed)) if needed > want && needed <= size => want = needed,
+            Ok(Err(needed)) => {
+                return Err(ColdError::Inconsistent(format!(
+                    "object {key}: footer needs {needed} bytes of a {size}-byte object"
+                )));
+            }
+            Err(source) => {
+                return Err(ColdError::Segment {
+                    key: key.to_owned(),
+                    source,
+                });
+            }
+        }
+    }
+}
+
+fn fetch_error(key: &str, e: foyer::Error) -> ColdError {
+    let message = match e.source() {
+        Some(source) => format!("{source:#}"),
+        None => e.to_string(),
+    };
+    ColdError::Fetch {
+        key: key.to_owned(),
+        message,
+    }
+}

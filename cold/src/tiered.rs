@@ -1,0 +1,270 @@
+//! One read path over both tiers of a shard: offsets below the first local offset come
+//! from objects recorded in the manifest (through the [`ColdCache`]), the rest from the hot
+//! log. A reader moving forward crosses from cold to hot without a gap or a repeat, because
+//! the manifest is contiguous and the hot log only drops segments the manifest covers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use felix_hot::{LogError, ShardLog};
+use felix_meta::MetaHandle;
+use felix_meta::model::{SegmentEntry, ShardKey};
+use felix_wire::BatchHeader;
+use parking_lot::RwLock;
+
+use crate::cache::ColdCache;
+use crate::error::ColdError;
+
+/// The objects of one shard as this broker knows them, and the shard's floor (its earliest
+/// offset after total retention). The uploader and retention keep it in step with the
+/// control plane: they change it only after their command is committed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManifestState {
+    /// base offset → object
+    pub objects: BTreeMap<u64, SegmentEntry>,
+    pub floor: u64,
+}
+
+impl ManifestState {
+    /// One past the last offset covered by objects, or the floor when there are none: where
+    /// the next object must start.
+    pub fn uploaded_end(&self) -> u64 {
+        self.objects
+            .values()
+            .next_back()
+            .map_or(self.floor, |e| e.last_offset + 1)
+    }
+
+    /// The object holding `offset`.
+    pub fn object_for(&self, offset: u64) -> Option<&SegmentEntry> {
+        self.objects
+            .range(..=offset)
+            .next_back()
+            .map(|(_, e)| e)
+            .filter(|e| e.last_offset >= offset)
+    }
+
+    /// Bytes held in objects.
+    pub fn cold_bytes(&self) -> u64 {
+        self.objects.values().map(|e| e.size_bytes).sum()
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Manifest {
+    state: RwLock<ManifestState>,
+}
+
+impl Manifest {
+    pub fn new(state: ManifestState) -> Manifest {
+        Manifest {
+            state: RwLock::new(state),
+        }
+    }
+
+    /// Loads a shard's manifest from the control plane (a linearizable read).
+    pub async fn load(meta: &MetaHandle, shard: &ShardKey) -> Result<Manifest, ColdError> {
+        let state = meta
+            .read(|s| ManifestState {
+                objects: s.manifests.get(shard).cloned().unwrap_or_default(),
+                floor: s.manifest_floors.get(shard).copied().unwrap_or(0),
+            })
+            .await
+            .map_err(|e| ColdError::Meta(e.to_string()))?;
+        Ok(Manifest::new(state))
+    }
+
+    pub fn snapshot(&self) -> ManifestState {
+        self.state.read().clone()
+    }
+
+    pub fn uploaded_end(&self) -> u64 {
+        self.state.read().uploaded_end()
+    }
+
+    pub fn floor(&self) -> u64 {
+        self.state.read().floor
+    }
+
+    pub fn object_for(&self, offset: u64) -> Option<SegmentEntry> {
+        self.state.read().object_for(offset).cloned()
+    }
+
+    /// Records a committed object.
+    pub fn push(&self, entry: SegmentEntry) {
+        self.state.write().objects.insert(entry.base_offset, entry);
+    }
+
+    /// Applies a committed trim.
+    pub fn trim(&self, below: u64) {
+        let mut s = self.state.write();
+        s.floor = s.floor.max(below);
+        s.objects.retain(|_, e| e.last_offset >= below);
+    }
+
+    pub fn replace(&self, state: ManifestState) {
+        *self.state.write() = state;
+    }
+}
+
+/// Which tier served a read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    Hot,
+    Cold,
+}
+
+/// What a tiered read returned.
+#[derive(Debug, Clone)]
+pub struct TieredRead {
+    /// Whole RecordBatch v2 batches; the first holds the requested offset.
+    pub batches: Bytes,
+    /// The offset to read next.
+    pub next_offset: u64,
+    pub tier: Tier,
+}
+
+/// A shard's two tiers behind one read path.
+pub struct TieredShard {
+    pub key: ShardKey,
+    pub log: ShardLog,
+    pub manifest: Arc<Manifest>,
+    /// `None` when the broker has no object store configured for reads.
+    cold: Option<ColdCache>,
+}
+
+impl TieredShard {
+    pub fn new(
+        key: ShardKey,
+        log: ShardLog,
+        manifest: Arc<Manifest>,
+        cold: Option<ColdCache>,
+    ) -> TieredShard {
+        TieredShard {
+            key,
+            log,
+            manifest,
+            cold,
+        }
+    }
+
+    pub fn cache(&self) -> Option<&ColdCache> {
+        self.cold.as_ref()
+    }
+
+    /// The first offset a reader can get: the oldest object's, or the hot log's when no
+    /// object is older, never below the retention floor.
+    pub fn earliest_offset(&self) -> u64 {
+        let m = self.manifest.state.read();
+        let hot_first = self.log.first_offset();
+        let cold_first = m.objects.keys().next().copied();
+        let first = match cold_first {
+            Some(c) => c.min(hot_first),
+            None => hot_first,
+        };
+        first.max(m.floor)
+    }
+
+    /// Reads whole batches starting with the one that holds `from`, up to about
+    /// `max_bytes`, never past the committed end nor `upper_bound` (exclusive). Offsets
+    /// below the hot log come from the object store; a read never spans both tiers, so the
+    /// caller simply reads again from `next_offset`.
+    pub async fn read(
+        &self,
+        from: u64,
+        max_bytes: usize,
+        upper_bound: Option<u64>,
+    ) -> Result<TieredRead, ColdError> {
+        let floor = self.manifest.floor();
+        if from < floor {
+            return Err(ColdError::TooOld {
+                requested: from,
+                earliest: self.earliest_offset(),
+            });
+        }
+        let hot_first = self.log.first_offset();
+        if from >= hot_first {
+            return match self.log.read(from, max_bytes, upper_bound) {
+                Ok(r) => Ok(TieredRead {
+                    batches: Bytes::from(r.batches),
+                    next_offset: r.next_offset,
+                    tier: Tier::Hot,
+                }),
+                // Retention removed the segment between the check and the read: the
+                // records are in the cold tier now (or gone), so look again.
+                Err(LogError::OffsetOutOfRange { first, .. }) if from < first => {
+                    Box::pin(self.read(from, max_bytes, upper_bound)).await
+                }
+                Err(e) => Err(e.into()),
+            };
+        }
+        let Some(object) = self.manifest.object_for(from) else {
+            let earliest = self.earliest_offset();
+            if from < earliest {
+                return Err(ColdError::TooOld {
+                    requested: from,
+                    earliest,
+                });
+            }
+            return Err(ColdError::Inconsistent(format!(
+                "shard {}: offset {from} is below the local log (which starts at {hot_first}) \
+                 but in no recorded object",
+                self.key
+            )));
+        };
+        let Some(cache) = &self.cold else {
+            return Err(ColdError::Inconsistent(format!(
+                "shard {}: offset {from} is in the object store, which this broker is not \
+                 configured to read",
+                self.key
+            )));
+        };
+        let key = object.object_key.clone().unwrap_or_default();
+        let end = upper_bound.map_or(object.last_offset + 1, |b| b.min(object.last_offset + 1));
+        let read = cache
+            .read(&key, object.size_bytes, from, max_bytes, end)
+            .await?;
+        if read.next_offset > object.last_offset
+            && let Some(next) = self.manifest.object_for(object.last_offset + 1)
+            && let Some(next_key) = &next.object_key
+        {
+            cache.prefetch_object(next_key, next.size_bytes);
+        }
+        Ok(TieredRead {
+            batches: read.batches,
+            next_offset: read.next_offset,
+            tier: Tier::Cold,
+        })
+    }
+
+    /// The base offset of the first batch holding a record at or after `timestamp_ms`
+    /// (batch granularity, like the hot log), searching objects first; `None` if no
+    /// committed record is that new.
+    pub async fn offset_for_time(&self, timestamp_ms: i64) -> Result<Option<u64>, ColdError> {
+        let hot_first = self.log.first_offset();
+        let candidate = {
+            let m = self.manifest.state.read();
+            m.objects
+                .values()
+                .find(|e| e.max_timestamp >= timestamp_ms && e.base_offset < hot_first)
+                .cloned()
+        };
+        if let (Some(object), Some(cache)) = (candidate, &self.cold) {
+            let key = object.object_key.clone().unwrap_or_default();
+            let footer = cache.footer(&key, object.size_bytes).await?;
+            if let Some(n) = footer.row_group_for_time(timestamp_ms) {
+                let rg = cache.row_group(&key, &footer, n).await?;
+                for (first, _, range) in &rg.index {
+                    let h = BatchHeader::parse(&rg.batches[range.clone()]).map_err(|e| {
+                        ColdError::Inconsistent(format!("object {key}: rebuilt batch: {e}"))
+                    })?;
+                    if h.max_timestamp >= timestamp_ms {
+                        return Ok(Some((*first).max(self.earliest_offset())));
+                    }
+                }
+            }
+        }
+        Ok(self.log.offset_for_time(timestamp_ms)?)
+    }
+}
