@@ -856,6 +856,7 @@ fn request_name(request: &Request) -> &'static str {
         Request::Publish { .. } => "Publish",
         Request::Subscribe { .. } => "Subscribe",
         Request::ProducerInit {} => "ProducerInit",
+        Request::ListSegments { .. } => "ListSegments",
     }
 }
 
