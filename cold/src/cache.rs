@@ -70,6 +70,34 @@ impl CacheStats {
     }
 }
 
+/// An object as the cache knows it: its key, its size (both from the manifest) and its
+/// version, the checksum recorded with it. Cache entries are keyed by key *and* version, so
+/// an object key reused with other content (a stream deleted and created again) can never
+/// be served from entries of the old object, also not from a disk tier recovered after a
+/// restart.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectRef {
+    pub key: String,
+    pub size: u64,
+    pub version: String,
+}
+
+impl ObjectRef {
+    /// The reference of a manifest entry (`None` for an entry without an object).
+    pub fn of(entry: &felix_meta::model::SegmentEntry) -> Option<ObjectRef> {
+        Some(ObjectRef {
+            key: entry.object_key.clone()?,
+            size: entry.size_bytes,
+            version: entry.checksum.clone().unwrap_or_default(),
+        })
+    }
+
+    /// The cache's name for this object.
+    fn id(&self) -> String {
+        format!("{}@{}", self.key, self.version)
+    }
+}
+
 /// What one cold read returned.
 #[derive(Debug, Clone)]
 pub struct ColdRead {
@@ -140,6 +168,7 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
 struct Inner {
     store: TierStore,
     hybrid: HybridCache<String, Bytes>,
+    /// By [`ObjectRef::id`].
     footers: Mutex<Lru<String, ObjectFooter>>,
     decoded: Mutex<Lru<(String, usize), DecodedRowGroup>>,
     config: CacheConfig,
@@ -153,8 +182,9 @@ pub struct ColdCache {
 }
 
 impl ColdCache {
-    /// Opens the cache. The disk tier starts empty: after a restart, replay refetches what
-    /// it needs (a cache directory can be wiped at any time).
+    /// Opens the cache. The disk tier recovers what an earlier run left in it (entries are
+    /// versioned, see [`ObjectRef`]); a cache directory can also be wiped while the broker
+    /// is stopped.
     pub async fn open(store: TierStore, config: CacheConfig) -> Result<ColdCache, ColdError> {
         let builder = HybridCacheBuilder::new()
             .with_name("felix-cold")
@@ -208,23 +238,27 @@ impl ColdCache {
         }
     }
 
-    /// Forgets everything cached for an object (it was deleted by retention).
-    pub fn forget(&self, key: &str) {
+    /// Forgets what is cached for an object (it was deleted by retention), to free space
+    /// early; correctness does not depend on it (entries are versioned).
+    pub fn forget(&self, object: &ObjectRef) {
         let i = &self.inner;
-        i.hybrid.remove(&footer_key(key));
-        if let Some(f) = i.footers.lock().get(&key.to_owned()) {
+        let id = object.id();
+        i.hybrid.remove(&footer_key(&id));
+        if let Some(f) = i.footers.lock().get(&id) {
             for n in 0..f.row_groups.len() {
-                i.hybrid.remove(&row_group_key(key, n));
+                i.hybrid.remove(&row_group_key(&id, n));
             }
         }
-        i.footers.lock().remove_where(|k| k == key);
-        i.decoded.lock().remove_where(|(k, _)| k == key);
+        i.footers.lock().remove_where(|k| *k == id);
+        i.decoded.lock().remove_where(|(k, _)| *k == id);
     }
 
-    /// The parsed footer of an object of `size` bytes.
-    pub async fn footer(&self, key: &str, size: u64) -> Result<Arc<ObjectFooter>, ColdError> {
+    /// The parsed footer of an object.
+    pub async fn footer(&self, object: &ObjectRef) -> Result<Arc<ObjectFooter>, ColdError> {
         let i = &self.inner;
-        if let Some(f) = i.footers.lock().get(&key.to_owned()) {
+        let id = object.id();
+        let (key, size) = (object.key.as_str(), object.size);
+        if let Some(f) = i.footers.lock().get(&id) {
             i.stats.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(f);
         }
@@ -232,7 +266,7 @@ impl ColdCache {
         let owned = key.to_owned();
         let entry = i
             .hybrid
-            .get_or_fetch(&footer_key(key), move || async move {
+            .get_or_fetch(&footer_key(&id), move || async move {
                 fetch_footer_bytes(&store, &owned, size).await
             })
             .await
@@ -248,7 +282,7 @@ impl ColdCache {
             }
             Err(source) => {
                 // Do not keep bytes that do not parse: the next read fetches them again.
-                i.hybrid.remove(&footer_key(key));
+                i.hybrid.remove(&footer_key(&id));
                 return Err(ColdError::Segment {
                     key: key.to_owned(),
                     source,
@@ -256,21 +290,21 @@ impl ColdCache {
             }
         };
         let footer = Arc::new(footer);
-        i.footers
-            .lock()
-            .insert(key.to_owned(), footer.clone(), tail.len());
+        i.footers.lock().insert(id, footer.clone(), tail.len());
         Ok(footer)
     }
 
     /// Row group `n` of an object, decoded back into record batches.
     pub async fn row_group(
         &self,
-        key: &str,
+        object: &ObjectRef,
         footer: &Arc<ObjectFooter>,
         n: usize,
     ) -> Result<Arc<DecodedRowGroup>, ColdError> {
         let i = &self.inner;
-        let dkey = (key.to_owned(), n);
+        let id = object.id();
+        let key = object.key.as_str();
+        let dkey = (id.clone(), n);
         if let Some(rg) = i.decoded.lock().get(&dkey) {
             i.stats.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(rg);
@@ -285,7 +319,7 @@ impl ColdCache {
         let range = info.byte_range.clone();
         let entry = i
             .hybrid
-            .get_or_fetch(&row_group_key(key, n), move || async move {
+            .get_or_fetch(&row_group_key(&id, n), move || async move {
                 store.get_range(&owned, range).await
             })
             .await
@@ -298,7 +332,7 @@ impl ColdCache {
             .await
             .map_err(|e| ColdError::Cache(format!("decode task failed: {e}")))?
             .map_err(|source| {
-                i.hybrid.remove(&row_group_key(key, n));
+                i.hybrid.remove(&row_group_key(&id, n));
                 ColdError::Segment {
                     key: key.to_owned(),
                     source,
@@ -315,13 +349,12 @@ impl ColdCache {
     /// reaching `end` (exclusive). Starts read-ahead of the following row groups.
     pub async fn read(
         &self,
-        key: &str,
-        size: u64,
+        object: &ObjectRef,
         from: u64,
         max_bytes: usize,
         end: u64,
     ) -> Result<ColdRead, ColdError> {
-        let footer = self.footer(key, size).await?;
+        let footer = self.footer(object).await?;
         let mut out = ColdRead {
             batches: Bytes::new(),
             next_offset: from,
@@ -329,11 +362,11 @@ impl ColdCache {
         let Some(mut n) = footer.row_group_for(from) else {
             return Ok(out);
         };
-        self.prefetch(key, &footer, n + 1);
+        self.prefetch(object, &footer, n + 1);
         let mut parts: Vec<Bytes> = Vec::new();
         let mut taken = 0usize;
         'groups: while n < footer.row_groups.len() {
-            let rg = self.row_group(key, &footer, n).await?;
+            let rg = self.row_group(object, &footer, n).await?;
             for (first, next, range) in &rg.index {
                 if *next <= out.next_offset {
                     continue;
@@ -365,19 +398,19 @@ impl ColdCache {
     }
 
     /// Fetches and decodes row groups `from..from + depth` in the background.
-    pub fn prefetch(&self, key: &str, footer: &Arc<ObjectFooter>, from: usize) {
+    pub fn prefetch(&self, object: &ObjectRef, footer: &Arc<ObjectFooter>, from: usize) {
         let depth = self.inner.config.prefetch_row_groups;
         for n in from..(from + depth).min(footer.row_groups.len()) {
-            let dkey = (key.to_owned(), n);
+            let dkey = (object.id(), n);
             if self.inner.decoded.lock().get(&dkey).is_some() {
                 continue;
             }
             let this = self.clone();
-            let key = key.to_owned();
+            let object = object.clone();
             let footer = footer.clone();
             tokio::spawn(async move {
-                if let Err(e) = this.row_group(&key, &footer, n).await {
-                    tracing::debug!(key, row_group = n, error = %e, "read-ahead failed");
+                if let Err(e) = this.row_group(&object, &footer, n).await {
+                    tracing::debug!(key = object.key, row_group = n, error = %e, "read-ahead failed");
                 }
             });
         }
@@ -385,16 +418,18 @@ impl ColdCache {
 
     /// Fetches an object's footer and first row groups in the background (a sequential
     /// reader is about to cross into it).
-    pub fn prefetch_object(&self, key: &str, size: u64) {
+    pub fn prefetch_object(&self, object: &ObjectRef) {
         if self.inner.config.prefetch_row_groups == 0 {
             return;
         }
         let this = self.clone();
-        let key = key.to_owned();
+        let object = object.clone();
         tokio::spawn(async move {
-            match this.footer(&key, size).await {
-                Ok(footer) => this.prefetch(&key, &footer, 0),
-                Err(e) => tracing::debug!(key, error = %e, "read-ahead of next object failed"),
+            match this.footer(&object).await {
+                Ok(footer) => this.prefetch(&object, &footer, 0),
+                Err(e) => {
+                    tracing::debug!(key = object.key, error = %e, "read-ahead of next object failed")
+                }
             }
         });
     }
@@ -408,12 +443,12 @@ impl ColdCache {
     }
 }
 
-fn footer_key(key: &str) -> String {
-    format!("f|{key}")
+fn footer_key(id: &str) -> String {
+    format!("f|{id}")
 }
 
-fn row_group_key(key: &str, n: usize) -> String {
-    format!("r|{key}|{n}")
+fn row_group_key(id: &str, n: usize) -> String {
+    format!("r|{id}|{n}")
 }
 
 /// The tail of an object that holds its whole footer: one GET normally, two when the

@@ -68,11 +68,12 @@ pub async fn enforce(
         // The manifest no longer names these objects, so no reader will look for them;
         // deleting them now only frees space. A failure leaves an orphan, logged.
         for entry in &removed {
-            let Some(key) = &entry.object_key else {
+            let Some(objref) = crate::cache::ObjectRef::of(entry) else {
                 continue;
             };
+            let key = &objref.key;
             if let Some(cache) = shard.cache() {
-                cache.forget(key);
+                cache.forget(&objref);
                 if let Err(e) = cache.store().delete(key).await {
                     tracing::warn!(shard = %shard.key, key, error = %e, "could not delete an expired object; it is orphaned");
                     continue;

@@ -13,7 +13,7 @@ use felix_meta::model::{SegmentEntry, ShardKey};
 use felix_wire::BatchHeader;
 use parking_lot::RwLock;
 
-use crate::cache::ColdCache;
+use crate::cache::{ColdCache, ObjectRef};
 use crate::error::ColdError;
 
 /// The objects of one shard as this broker knows them, and the shard's floor (its earliest
@@ -220,16 +220,19 @@ impl TieredShard {
                 self.key
             )));
         };
-        let key = object.object_key.clone().unwrap_or_default();
+        let Some(objref) = ObjectRef::of(&object) else {
+            return Err(ColdError::Inconsistent(format!(
+                "shard {}: manifest entry at {} has no object key",
+                self.key, object.base_offset
+            )));
+        };
         let end = upper_bound.map_or(object.last_offset + 1, |b| b.min(object.last_offset + 1));
-        let read = cache
-            .read(&key, object.size_bytes, from, max_bytes, end)
-            .await?;
+        let read = cache.read(&objref, from, max_bytes, end).await?;
         if read.next_offset > object.last_offset
             && let Some(next) = self.manifest.object_for(object.last_offset + 1)
-            && let Some(next_key) = &next.object_key
+            && let Some(next_ref) = ObjectRef::of(&next)
         {
-            cache.prefetch_object(next_key, next.size_bytes);
+            cache.prefetch_object(&next_ref);
         }
         Ok(TieredRead {
             batches: read.batches,
@@ -250,11 +253,13 @@ impl TieredShard {
                 .find(|e| e.max_timestamp >= timestamp_ms && e.base_offset < hot_first)
                 .cloned()
         };
-        if let (Some(object), Some(cache)) = (candidate, &self.cold) {
-            let key = object.object_key.clone().unwrap_or_default();
-            let footer = cache.footer(&key, object.size_bytes).await?;
+        if let (Some(object), Some(cache)) = (candidate, &self.cold)
+            && let Some(objref) = ObjectRef::of(&object)
+        {
+            let key = objref.key.clone();
+            let footer = cache.footer(&objref).await?;
             if let Some(n) = footer.row_group_for_time(timestamp_ms) {
-                let rg = cache.row_group(&key, &footer, n).await?;
+                let rg = cache.row_group(&objref, &footer, n).await?;
                 for (first, _, range) in &rg.index {
                     let h = BatchHeader::parse(&rg.batches[range.clone()]).map_err(|e| {
                         ColdError::Inconsistent(format!("object {key}: rebuilt batch: {e}"))

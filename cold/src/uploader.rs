@@ -226,6 +226,15 @@ impl Uploader {
                 self.shard
             )));
         }
+        // A stale manifest (a new leader whose applied state lags) would upload a range that
+        // is already recorded, overwriting the recorded object under the same key with bytes
+        // whose size and row groups the manifest does not describe. Check first.
+        let fresh = Manifest::load(&self.meta, &self.shard).await?;
+        if fresh.uploaded_end() != self.manifest.uploaded_end() {
+            self.manifest.replace(fresh.snapshot());
+            self.log.mark_uploaded_below(self.manifest.uploaded_end());
+            return Ok(true);
+        }
         let entry = self.upload(base, last).await?;
         match self
             .meta
@@ -270,6 +279,9 @@ impl Uploader {
         let mut encoder = SegmentEncoder::new(writer, &info, &self.config.encode)
             .map_err(|source| segment_error(&key, source))?;
         let mut pos = base;
+        // The object's version: a checksum of the batches it was made from (see
+        // `cache::ObjectRef`: equal content, equal version).
+        let mut crc = 0u32;
         while pos <= last {
             let log = self.log.clone();
             let chunk = self.config.read_chunk;
@@ -294,6 +306,7 @@ impl Uploader {
                     )));
                 }
             }
+            crc = crc32c::crc32c_append(crc, &read.batches);
             encoder
                 .push(&read.batches)
                 .await
@@ -319,7 +332,7 @@ impl Uploader {
             size_bytes: size,
             tier: TierState::Cold,
             object_key: Some(key),
-            checksum: None,
+            checksum: Some(format!("crc32c:{crc:08x}")),
             local_copies: [self.broker_id].into(),
         })
     }

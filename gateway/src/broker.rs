@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use felix_cold::cache::ColdCache;
+use felix_cold::cache::{ColdCache, ObjectRef};
 use felix_cold::store::TierStore;
 use felix_cold::tiered::{Manifest, ManifestState, Tier, TieredShard};
 use felix_cold::uploader::{TierObserver, Uploader, UploaderConfig};
@@ -505,8 +505,8 @@ fn settings_to_config(s: &StreamSettings) -> StreamConfig {
         segment_ms: Some(s.segment_ms),
         retention_ms: Some(s.retention_ms.unwrap_or(0)),
         retention_bytes: Some(s.retention_bytes.unwrap_or(0)),
-        hot_retention_ms: Some(s.hot_retention_ms.unwrap_or(0)),
-        hot_retention_bytes: Some(s.hot_retention_bytes.unwrap_or(0)),
+        hot_retention_ms: Some(s.hot_retention_ms.unwrap_or(HOT_UNLIMITED)),
+        hot_retention_bytes: Some(s.hot_retention_bytes.unwrap_or(HOT_UNLIMITED)),
         tiered: Some(s.tiered),
     }
 }
@@ -542,9 +542,18 @@ fn consistency(s: &str) -> Result<Consistency, ErrorBody> {
     }
 }
 
+/// A total-retention setting from the protocol: `0` means no limit.
 fn limit(v: Option<u64>) -> Option<Option<u64>> {
     v.map(|v| (v > 0).then_some(v))
 }
+
+/// A hot-retention setting from the protocol: `0` keeps no uploaded segment locally, and
+/// [`HOT_UNLIMITED`] (`u64::MAX`) means no limit.
+fn hot_limit(v: Option<u64>) -> Option<Option<u64>> {
+    v.map(|v| (v != HOT_UNLIMITED).then_some(v))
+}
+
+const HOT_UNLIMITED: u64 = u64::MAX;
 
 impl Broker {
     /// Starts the broker's data path on top of a running control-plane node.
@@ -684,8 +693,8 @@ impl Broker {
             segment_ms: config.segment_ms.unwrap_or(self.config.segment_ms),
             retention_ms: limit(config.retention_ms).flatten(),
             retention_bytes: limit(config.retention_bytes).flatten(),
-            hot_retention_ms: limit(config.hot_retention_ms).flatten(),
-            hot_retention_bytes: limit(config.hot_retention_bytes).flatten(),
+            hot_retention_ms: hot_limit(config.hot_retention_ms).flatten(),
+            hot_retention_bytes: hot_limit(config.hot_retention_bytes).flatten(),
             tiered: config.tiered.unwrap_or(d.tiered),
         };
         self.propose(Command::CreateStream {
@@ -720,8 +729,8 @@ impl Broker {
             segment_ms: config.segment_ms,
             retention_ms: limit(config.retention_ms),
             retention_bytes: limit(config.retention_bytes),
-            hot_retention_ms: limit(config.hot_retention_ms),
-            hot_retention_bytes: limit(config.hot_retention_bytes),
+            hot_retention_ms: hot_limit(config.hot_retention_ms),
+            hot_retention_bytes: hot_limit(config.hot_retention_bytes),
             tiered: config.tiered,
         };
         self.propose(Command::AlterStream {
@@ -888,6 +897,14 @@ impl Broker {
         namespace: &str,
         name: &str,
     ) -> Result<(), ErrorBody> {
+        // The objects the manifest names, to drop from the cache once the stream is gone.
+        let objects: Vec<ObjectRef> = self.meta.local(|s| {
+            s.manifests
+                .iter()
+                .filter(|(k, _)| k.tenant == tenant && k.namespace == namespace && k.stream == name)
+                .flat_map(|(_, m)| m.values().filter_map(ObjectRef::of))
+                .collect()
+        });
         self.propose(Command::DeleteStream {
             tenant: tenant.to_owned(),
             namespace: namespace.to_owned(),
@@ -913,10 +930,14 @@ impl Broker {
         let cache = self.cold_cache.clone();
         let prefix = format!("tenant={tenant}/namespace={namespace}/stream={name}/");
         tokio::spawn(async move {
+            for object in &objects {
+                cache.forget(object);
+            }
+            // Listing (rather than the manifest) also finds objects of uploads whose record
+            // never committed.
             match store.list(&prefix).await {
-                Ok(objects) => {
-                    for (key, _) in objects {
-                        cache.forget(&key);
+                Ok(listed) => {
+                    for (key, _) in listed {
                         if let Err(e) = store.delete(&key).await {
                             warn!(key, error = %e, "could not delete a deleted stream's object");
                         }

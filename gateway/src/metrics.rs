@@ -84,9 +84,9 @@ impl Metrics {
             tier_upload_errors: Counter::default(),
             tier_uploaded_objects: Counter::default(),
             tier_uploaded_bytes: Counter::default(),
-            tier_upload_lag: Histogram::new(
-                [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0].into_iter(),
-            ),
+            tier_upload_lag: Histogram::new([
+                0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+            ]),
             cold_cache_hits: Counter::default(),
             cold_cache_misses: Counter::default(),
             tier_store_gets: Counter::default(),

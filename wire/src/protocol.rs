@@ -181,8 +181,9 @@ pub enum AckMode {
 }
 
 /// Stream settings as the protocol carries them: every field optional, so the same shape
-/// creates (unset = the broker's default) and alters (unset = unchanged). Retention fields
-/// take `0` to mean "no limit".
+/// creates (unset = the broker's default) and alters (unset = unchanged). `retention_*`
+/// take `0` to mean "no limit"; `hot_retention_*` take `0` to mean "keep no uploaded segment
+/// locally" and `u64::MAX` to mean "no limit".
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StreamConfig {
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -194,11 +194,13 @@ struct StreamSettings {
     /// Keep at most this many bytes, both tiers (e.g. 10GiB; 0 = no limit).
     #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
     retention_bytes: Option<u64>,
-    /// Keep the local (hot) copy this long (milliseconds or e.g. 1h; 0 = no limit).
-    #[arg(long, value_name = "MS", value_parser = parse_ms)]
+    /// Keep uploaded segments locally this long (milliseconds or e.g. 1h; 0 = delete each
+    /// once uploaded; none = no limit).
+    #[arg(long, value_name = "MS", value_parser = parse_hot_ms)]
     hot_retention_ms: Option<u64>,
-    /// Keep at most this many bytes in the local (hot) copy (0 = no limit).
-    #[arg(long, value_name = "BYTES", value_parser = parse_bytes)]
+    /// Keep at most this many bytes locally, deleting only uploaded segments (e.g. 10GiB;
+    /// 0 = delete each once uploaded; none = no limit).
+    #[arg(long, value_name = "BYTES", value_parser = parse_hot_bytes)]
     hot_retention_bytes: Option<u64>,
     /// Upload sealed segments to the object store.
     #[arg(long, value_name = "BOOL")]
@@ -360,6 +362,22 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// A hot-retention size: `none` (no limit: `u64::MAX` on the wire) or a size.
+fn parse_hot_bytes(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "none" | "unlimited" => Ok(u64::MAX),
+        _ => parse_bytes(s),
+    }
+}
+
+/// A hot-retention age: `none` (no limit) or milliseconds / a duration.
+fn parse_hot_ms(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "none" | "unlimited" => Ok(u64::MAX),
+        _ => parse_ms(s),
+    }
 }
 
 /// Milliseconds: a plain number, or a duration such as 500ms, 10m, 7d.

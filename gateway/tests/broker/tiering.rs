@@ -431,7 +431,8 @@ async fn replay_crosses_cold_hot_and_live_and_survives_an_empty_cache() {
     );
     drop(by_time);
 
-    // Restart with an empty cache directory: every read is a fresh GET.
+    // Restart with an empty cache directory: every read is a fresh GET. (With the cache
+    // kept, the disk tier recovers and serves it: see the store-down case below.)
     drop(sub);
     drop(client);
     broker.kill();
@@ -452,6 +453,10 @@ async fn replay_crosses_cold_hot_and_live_and_survives_an_empty_cache() {
         .await
         .hot_first_offset;
     drop(client);
+    // The disk cache survives restarts (entries are versioned by checksum) and would serve
+    // these reads without the store: wipe it, so a cold read has to reach the store.
+    broker.kill();
+    std::fs::remove_dir_all(&cache).expect("wipe the cache");
     env.proxy.set_down(true);
     broker.restart().await;
     let client = broker.client().await;
