@@ -471,6 +471,11 @@ struct StoreUrl {
     prefix: Path,
 }
 
+/// Checks an object-store URL without opening anything (for configuration checks).
+pub fn validate_url(url: &str) -> Result<(), StoreError> {
+    parse_url(url).map(|_| ())
+}
+
 fn parse_url(url: &str) -> Result<StoreUrl, StoreError> {
     let bad = |why: String| StoreError::BadUrl(format!("`{url}`: {why}"));
     let Some((scheme, rest)) = url.split_once("://") else {

@@ -487,6 +487,10 @@ pub struct Broker {
     tier_store: TierStore,
     cold_cache: ColdCache,
     tier_observer: Arc<dyn TierObserver>,
+    /// Object-key prefixes of deleted streams whose objects are still being deleted: a
+    /// stream of the same name cannot be created until that is done, or the deletion
+    /// could remove the new stream's objects.
+    deleting: Arc<Mutex<BTreeSet<String>>>,
 }
 
 fn settings_to_config(s: &StreamSettings) -> StreamConfig {
@@ -587,6 +591,7 @@ impl Broker {
             tier_store,
             cold_cache,
             tier_observer,
+            deleting: Arc::new(Mutex::new(BTreeSet::new())),
         });
         tokio::spawn(open_durable_shards(Arc::downgrade(&broker)));
         Ok(broker)
@@ -673,6 +678,18 @@ impl Broker {
         name: &str,
         config: StreamConfig,
     ) -> Result<StreamInfo, ErrorBody> {
+        let prefix = stream_prefix(tenant, namespace, name);
+        if self.deleting.lock().contains(&prefix) {
+            return Err(err(
+                codes::ALREADY_EXISTS,
+                "stream_being_deleted",
+                format!(
+                    "a stream {tenant}/{namespace}/{name} was deleted and its objects are still \
+                     being removed from the object store; retry once that is done"
+                ),
+            )
+            .retry_after(1000));
+        }
         let d = StreamSettings::default();
         let settings = StreamSettings {
             // The spec: a stream is ephemeral unless declared durable.
@@ -928,23 +945,40 @@ impl Broker {
         // The manifest is gone with the stream; its objects go too, in the background.
         let store = self.tier_store.clone();
         let cache = self.cold_cache.clone();
-        let prefix = format!("tenant={tenant}/namespace={namespace}/stream={name}/");
+        let prefix = stream_prefix(tenant, namespace, name);
+        let deleting = self.deleting.clone();
+        deleting.lock().insert(prefix.clone());
         tokio::spawn(async move {
             for object in &objects {
                 cache.forget(object);
             }
+            let mut backoff = Duration::from_millis(200);
             // Listing (rather than the manifest) also finds objects of uploads whose record
-            // never committed.
-            match store.list(&prefix).await {
-                Ok(listed) => {
-                    for (key, _) in listed {
-                        if let Err(e) = store.delete(&key).await {
-                            warn!(key, error = %e, "could not delete a deleted stream's object");
+            // never committed. Retried until it succeeds: the name stays reserved meanwhile.
+            loop {
+                let result = match store.list(&prefix).await {
+                    Ok(listed) => {
+                        let mut failed = None;
+                        for (key, _) in listed {
+                            if let Err(e) = store.delete(&key).await {
+                                failed = Some(e);
+                            }
                         }
+                        failed.map_or(Ok(()), Err)
+                    }
+                    Err(e) => Err(e),
+                };
+                match result {
+                    Ok(()) => break,
+                    Err(e) => {
+                        warn!(prefix, error = %e, retry_in = ?backoff,
+                            "could not delete a deleted stream's objects");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(Duration::from_secs(30));
                     }
                 }
-                Err(e) => warn!(prefix, error = %e, "could not list a deleted stream's objects"),
             }
+            deleting.lock().remove(&prefix);
         });
         let dir = self.stream_dir(tenant, namespace, name);
         if dir.exists()
@@ -1464,6 +1498,11 @@ impl Broker {
             }
         }
     }
+}
+
+/// The object-key prefix of a stream's objects.
+fn stream_prefix(tenant: &str, namespace: &str, name: &str) -> String {
+    format!("tenant={tenant}/namespace={namespace}/stream={name}/")
 }
 
 /// A durable shard's offsets and tier sizes.

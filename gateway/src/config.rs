@@ -811,19 +811,14 @@ impl BrokerConfig {
                 ),
             ));
         }
-        match self.object_store.split_once("://") {
-            Some(("memory", "")) => {}
-            Some((scheme, rest)) if !scheme.is_empty() && !rest.is_empty() => {}
-            _ => {
-                return Err(invalid(
-                    "object_store",
-                    format!(
-                        "{:?} is not a URL such as file:///path or s3://bucket/prefix",
-                        self.object_store
-                    ),
-                ));
-            }
-        }
+        felix_cold::store::validate_url(&self.object_store).map_err(|e| {
+            invalid(
+                "object_store",
+                e.to_string()
+                    .trim_start_matches("bad object store URL: ")
+                    .to_owned(),
+            )
+        })?;
         match (&self.tls_cert, &self.tls_key) {
             (Some(_), None) => {
                 return Err(invalid("tls_cert", "is set without tls_key (--tls-key)"));
@@ -1222,10 +1217,10 @@ mod tests {
         let c = load_ok(&flags(&["--data-dir=/srv/felix"]), &HashMap::new());
         assert_eq!(c.object_store, "file:///srv/felix/objects");
         let c = load_ok(
-            &flags(&["--data-dir=/srv/felix", "--object-store=s3://b/p"]),
+            &flags(&["--data-dir=/srv/felix", "--object-store=s3://bucket/p"]),
             &HashMap::new(),
         );
-        assert_eq!(c.object_store, "s3://b/p");
+        assert_eq!(c.object_store, "s3://bucket/p");
     }
 
     #[test]
