@@ -1308,22 +1308,12 @@ impl<'a> Rebuild<'a> {
     }
 }
 
-/// Stores the CRC32C of a batch whose other fields are final.
-///
-/// felix-wire computes CRCs only privately (`batch::seal_crc` is `pub(crate)`), and this
-/// crate does not depend on `crc32c`. So the CRC comes from felix-wire's own check: with the
-/// stored CRC zeroed, validation reports the CRC it computed, which is then stored. (If the
-/// true CRC is zero, validation passes as is.) Validation also checks the rebuilt header.
+/// Stores the CRC32C of a batch whose other fields are final, and checks that the rebuilt
+/// header parses.
 fn seal_crc(batch: &mut [u8]) -> Result<(), WireError> {
-    batch[17..21].fill(0);
-    match BatchHeader::validate(batch, usize::MAX) {
-        Ok(_) => Ok(()),
-        Err(WireError::CrcMismatch { computed, .. }) => {
-            batch[17..21].copy_from_slice(&computed.to_be_bytes());
-            Ok(())
-        }
-        Err(e) => Err(e),
-    }
+    BatchHeader::parse(batch)?;
+    felix_wire::batch::seal_crc(batch);
+    Ok(())
 }
 
 fn put_varlong(out: &mut Vec<u8>, v: i64) {

@@ -212,8 +212,10 @@ pub fn stamp_partition_leader_epoch(buf: &mut [u8], epoch: i32) {
     buf[12..16].copy_from_slice(&epoch.to_be_bytes());
 }
 
-/// Computes and stores the CRC of a batch whose other fields are final.
-pub(crate) fn seal_crc(buf: &mut [u8]) {
+/// Computes and stores the CRC of a batch whose other fields are final (for code that
+/// builds batches itself, e.g. rebuilding them from columnar storage). `buf` must hold at
+/// least a whole header.
+pub fn seal_crc(buf: &mut [u8]) {
     let crc = crc32c::crc32c(&buf[CRC_START..]);
     buf[17..21].copy_from_slice(&crc.to_be_bytes());
 }
