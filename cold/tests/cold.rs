@@ -3,4 +3,5 @@
 mod cold {
     mod segment;
     mod store;
+    mod tiering;
 }
