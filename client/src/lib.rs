@@ -90,6 +90,10 @@ pub struct ClientConfig {
     pub compression: Compression,
     /// The largest frame sent or accepted (header and body).
     pub max_frame: usize,
+    /// Ask for acknowledgements after the write on this connection's publishes, also from
+    /// a broker started with `ack_on_commit: false` (sends `AckMode::Commit` for
+    /// `AckMode::Batch`).
+    pub ack_on_commit: bool,
 }
 
 impl Default for ClientConfig {
@@ -101,6 +105,7 @@ impl Default for ClientConfig {
             request_timeout: Duration::from_secs(30),
             compression: Compression::None,
             max_frame: DEFAULT_MAX_FRAME,
+            ack_on_commit: false,
         }
     }
 }
@@ -120,6 +125,7 @@ struct Inner {
     broker_id: u64,
     request_timeout: Duration,
     max_frame: usize,
+    ack_on_commit: bool,
     /// Shard counts of the streams published to, learned from DescribeStream.
     shard_counts: Mutex<HashMap<StreamKey, u32>>,
     /// Picks the shard of each call's key-less messages.
@@ -277,6 +283,7 @@ impl Client {
                 broker_id,
                 request_timeout: config.request_timeout,
                 max_frame: config.max_frame,
+                ack_on_commit: config.ack_on_commit,
                 shard_counts: Mutex::new(HashMap::new()),
                 // Each client starts its rotation somewhere else, so short-lived clients
                 // (one felixctl run each) do not all pile onto shard 0.
@@ -715,6 +722,10 @@ impl Client {
         batches: Bytes,
         ack: AckMode,
     ) -> Result<Option<Published>, ClientError> {
+        let ack = match ack {
+            AckMode::Batch if self.inner.ack_on_commit => AckMode::Commit,
+            other => other,
+        };
         let request = Request::Publish {
             tenant: tenant.to_owned(),
             namespace: namespace.to_owned(),

@@ -1239,7 +1239,11 @@ impl Broker {
 
         // Backpressure: the tenant's own publish slots.
         let slots = self.queues.of(tenant);
-        let commit_ack = ack == AckMode::Batch && self.config.ack_on_commit;
+        let commit_ack = match ack {
+            AckMode::Commit => true,
+            AckMode::Batch => self.config.ack_on_commit,
+            AckMode::None => false,
+        };
         let permit = match slots.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
@@ -1346,7 +1350,12 @@ impl Broker {
             .map_or(u64::MAX, |d| d.0)
             .min(tickets.first().map_or(u64::MAX, |t| t.base_offset));
         let last = tickets.last().map_or(0, |t| t.last_offset);
-        if ack == AckMode::Batch && self.config.ack_on_commit {
+        let commit_ack = match ack {
+            AckMode::Commit => true,
+            AckMode::Batch => self.config.ack_on_commit,
+            AckMode::None => false,
+        };
+        if commit_ack {
             for t in tickets {
                 t.committed().await.map_err(|e| log_error(&e))?;
             }

@@ -175,9 +175,13 @@ pub enum AckMode {
     /// Fire and forget: the broker answers `done` without offsets, and refusals are counted
     /// at the broker (`felix_publish_errors_total`), not reported. A client need not wait.
     None,
-    /// One answer for the request's batch (the default).
+    /// One answer for the request's batch (the default): after the write under the fsync
+    /// policy, or on enqueue on a broker started with `ack_on_commit: false`.
     #[default]
     Batch,
+    /// Like `Batch`, but always after the write, whatever the broker's `ack_on_commit`
+    /// (a client's `ack_on_commit: true` sends this).
+    Commit,
 }
 
 /// Stream settings as the protocol carries them: every field optional, so the same shape

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use felix_client::{AckMode, Client, Event, Message, StartAt};
+use felix_client::{AckMode, Client, ClientConfig, Event, Message, StartAt};
 use parking_lot::Mutex;
 
 use super::common::{
@@ -254,9 +254,32 @@ async fn catch_up_from_earliest_joins_live_without_gap_or_duplicate() {
 /// first, or its last), while another publisher keeps the shard busy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replay_sent_right_after_the_ack_reads_the_acknowledged_record() {
+    replay_right_after_the_ack(BrokerOptions::new(), ClientConfig::default()).await;
+}
+
+/// Spec ("Consistency"): a client of a broker started with `ack_on_commit: false` can ask
+/// for commit acknowledgements on its own connection (`ack_on_commit: true` in its
+/// ClientConfig) and then has the same guarantee: an acknowledged record is written, so a
+/// replay right after the ack sees it (an ack on enqueue would often be refused here as
+/// past the end of the shard).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_asking_for_commit_acks_gets_them_from_an_enqueue_ack_broker() {
+    replay_right_after_the_ack(
+        BrokerOptions::new().env("FELIX_ACK_ON_COMMIT", 0),
+        ClientConfig {
+            ack_on_commit: true,
+            ..ClientConfig::default()
+        },
+    )
+    .await;
+}
+
+async fn replay_right_after_the_ack(options: BrokerOptions, config: ClientConfig) {
     const TENANT: &str = "replay";
-    let broker = Broker::start(BrokerOptions::new()).await;
-    let client = broker.client().await;
+    let broker = Broker::start(options).await;
+    let client = Client::connect(&broker.quic_addr.to_string(), config)
+        .await
+        .expect("connect");
     durable_stream(&client, TENANT, NS, STREAM, 1).await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let background = {
