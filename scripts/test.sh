@@ -32,6 +32,13 @@ if [ "${FELIX_SKIP_INSTALL:-0}" != 1 ]; then
   fi
   # pyarrow: the tiering tests check our Parquet objects with a standard reader.
   python3 -c 'import pyarrow' 2>/dev/null || python3 -m pip install --quiet pyarrow
+  # Real Kafka clients for the Kafka listener's tests (gateway/tests/broker/kafka.rs):
+  # Debian's kcat (librdkafka 2.0) and confluent-kafka, whose wheel bundles librdkafka 2.16
+  # (the tests also run kcat on that one through LD_LIBRARY_PATH).
+  if ! command -v kcat >/dev/null 2>&1; then
+    apt-get install -y kcat || { apt-get update && apt-get install -y kcat; }
+  fi
+  python3 -c 'import confluent_kafka' 2>/dev/null || python3 -m pip install --quiet confluent-kafka
 fi
 
 step "cargo fmt --check"

@@ -474,6 +474,34 @@ impl Drop for Subscription {
     }
 }
 
+/// A stream as a pull reader (the Kafka listener) needs to know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamShape {
+    pub name: String,
+    pub shards: u32,
+    pub durable: bool,
+    /// 1 at creation, +1 per alter.
+    pub version: u64,
+}
+
+/// A durable shard's readable range: `[earliest, high_watermark)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardBounds {
+    pub earliest: u64,
+    pub high_watermark: u64,
+}
+
+/// What [`Broker::fetch`] read.
+#[derive(Debug, Clone)]
+pub struct ShardRead {
+    /// Whole stored batches; the first holds the requested offset (and may start before it).
+    pub batches: Bytes,
+    /// The offset to read next.
+    pub next_offset: u64,
+    pub earliest: u64,
+    pub high_watermark: u64,
+}
+
 /// The broker's state.
 pub struct Broker {
     config: BrokerConfig,
@@ -1475,6 +1503,178 @@ impl Broker {
                 max_bytes,
             },
         })
+    }
+
+    /// A stream's name, shard count and durability, from the local registry (no shard is
+    /// opened).
+    pub fn stream_shape(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<StreamShape, ErrorBody> {
+        let (version, settings) = self.stream_settings(tenant, namespace, name)?;
+        Ok(StreamShape {
+            name: name.to_owned(),
+            shards: settings.shards,
+            durable: settings.durability == Durability::Durable,
+            version,
+        })
+    }
+
+    /// Every stream of a namespace, as [`Broker::stream_shape`] describes them, by name.
+    pub fn stream_shapes(
+        &self,
+        tenant: &str,
+        namespace: &str,
+    ) -> Result<Vec<StreamShape>, ErrorBody> {
+        let reg = self.registry.borrow();
+        require_namespace(&reg, tenant, namespace)?;
+        let mut out: Vec<StreamShape> = reg
+            .streams
+            .values()
+            .filter(|s| s.tenant == tenant && s.namespace == namespace)
+            .map(|s| StreamShape {
+                name: s.name.clone(),
+                shards: s.settings.shards,
+                durable: s.settings.durability == Durability::Durable,
+                version: s.version,
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// A durable shard's tiers; an ephemeral shard has no history to read.
+    fn durable_tier(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+    ) -> Result<Arc<TieredShard>, ErrorBody> {
+        let (shard, _) = self.shard(tenant, namespace, stream, shard_no)?;
+        shard.tier.clone().ok_or_else(|| {
+            err(
+                codes::INVALID_ARGUMENT,
+                "ephemeral_stream",
+                format!(
+                    "stream {tenant}/{namespace}/{stream} is ephemeral: it keeps no log to read \
+                     by offset"
+                ),
+            )
+        })
+    }
+
+    /// The end of what readers may see: the committed end of the log. (With replication,
+    /// a Quorum shard's quorum mark: pull readers are bounded here, in one place.)
+    fn read_bound(tier: &TieredShard) -> u64 {
+        tier.log.committed_offset()
+    }
+
+    /// A durable shard's earliest readable offset (either tier) and its high watermark (the
+    /// offset the next committed record will take; readers see everything below it).
+    pub fn shard_bounds(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+    ) -> Result<ShardBounds, ErrorBody> {
+        let tier = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        Ok(ShardBounds {
+            earliest: tier.earliest_offset(),
+            high_watermark: Self::read_bound(&tier),
+        })
+    }
+
+    /// Changes whenever a durable shard's high watermark may have moved: what a pull reader
+    /// waiting for new records watches.
+    pub fn watch_high_watermark(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+    ) -> Result<watch::Receiver<u64>, ErrorBody> {
+        let tier = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        Ok(tier.log.watch_committed())
+    }
+
+    /// A pull read of one durable shard, as a Kafka fetch makes it: whole stored batches
+    /// starting with the one holding `offset`, up to about `max_bytes` (at least one batch
+    /// if any is readable), from whichever tier holds them, never past the high watermark.
+    /// An offset below the earliest is `offset_too_old`; one past the high watermark is
+    /// `offset_out_of_range`; one at it reads nothing.
+    pub async fn fetch(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+        offset: u64,
+        max_bytes: usize,
+    ) -> Result<ShardRead, ErrorBody> {
+        let tier = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let high_watermark = Self::read_bound(&tier);
+        let earliest = tier.earliest_offset();
+        if offset < earliest {
+            return Err(cold_error(&ColdError::TooOld {
+                requested: offset,
+                earliest,
+            }));
+        }
+        if offset > high_watermark {
+            return Err(err(
+                codes::OFFSET_OUT_OF_RANGE,
+                "offset_out_of_range",
+                format!("offset {offset} is outside [{earliest}, {high_watermark}] on this shard"),
+            ));
+        }
+        let mut pos = offset;
+        while pos < high_watermark {
+            match tier.read(pos, max_bytes.max(1), Some(high_watermark)).await {
+                Ok(read) if !read.batches.is_empty() => {
+                    return Ok(ShardRead {
+                        batches: read.batches,
+                        next_offset: read.next_offset,
+                        earliest,
+                        high_watermark,
+                    });
+                }
+                // The rest of an object is empty below the bound: continue after it.
+                Ok(read) if read.tier == Tier::Cold => {
+                    pos = read.next_offset.max(pos + 1).min(high_watermark);
+                }
+                // No whole batch below the bound from here: a gap up to it.
+                Ok(_) => pos = high_watermark,
+                Err(e) => return Err(cold_error(&e)),
+            }
+        }
+        Ok(ShardRead {
+            batches: Bytes::new(),
+            next_offset: pos,
+            earliest,
+            high_watermark,
+        })
+    }
+
+    /// The base offset of the first batch of a durable shard holding a record stamped at or
+    /// after `timestamp_ms`, searching both tiers; `None` if no committed record is that new.
+    pub async fn offset_for_time(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+        timestamp_ms: i64,
+    ) -> Result<Option<u64>, ErrorBody> {
+        let tier = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let found = tier
+            .offset_for_time(timestamp_ms)
+            .await
+            .map_err(|e| cold_error(&e))?;
+        Ok(found.filter(|o| *o < Self::read_bound(&tier)))
     }
 
     /// Allocates an idempotent producer id from the control plane.

@@ -47,6 +47,9 @@ pub mod defaults {
     pub const COLD_PREFETCH_ROW_GROUPS: usize = 2;
     pub const TIER_ROW_GROUP_BYTES: usize = 4 * MIB;
     pub const RETENTION_CHECK_MS: u64 = 10_000;
+    pub const KAFKA_ADDR: &str = "127.0.0.1:9092";
+    pub const KAFKA_DEFAULT_PARTITIONS: u32 = 1;
+    pub const KAFKA_AUTO_CREATE_TOPICS: bool = true;
 }
 
 /// The effective configuration of a broker node.
@@ -135,6 +138,12 @@ pub struct BrokerConfig {
     pub segment_bytes: u64,
     /// Default segment age of new streams.
     pub segment_ms: u64,
+    /// The Kafka protocol listener (TCP); see docs/kafka.md.
+    pub kafka_addr: SocketAddr,
+    /// Partitions (shards) of a topic the Kafka listener creates without being told how many.
+    pub kafka_default_partitions: u32,
+    /// Create an unknown topic when a Kafka client produces to it or asks for its metadata.
+    pub kafka_auto_create_topics: bool,
 }
 
 impl Default for BrokerConfig {
@@ -175,6 +184,9 @@ impl Default for BrokerConfig {
             cold_prefetch_row_groups: defaults::COLD_PREFETCH_ROW_GROUPS,
             tier_row_group_bytes: defaults::TIER_ROW_GROUP_BYTES,
             retention_check_ms: defaults::RETENTION_CHECK_MS,
+            kafka_addr: parse_default(defaults::KAFKA_ADDR),
+            kafka_default_partitions: defaults::KAFKA_DEFAULT_PARTITIONS,
+            kafka_auto_create_topics: defaults::KAFKA_AUTO_CREATE_TOPICS,
         }
     }
 }
@@ -265,6 +277,9 @@ const SETTINGS: &[(&str, &str)] = &[
     ("cold_prefetch_row_groups", "FELIX_COLD_PREFETCH_ROW_GROUPS"),
     ("tier_row_group_bytes", "FELIX_TIER_ROW_GROUP_BYTES"),
     ("retention_check_ms", "FELIX_RETENTION_CHECK_MS"),
+    ("kafka_addr", "FELIX_KAFKA_ADDR"),
+    ("kafka_default_partitions", "FELIX_KAFKA_DEFAULT_PARTITIONS"),
+    ("kafka_auto_create_topics", "FELIX_KAFKA_AUTO_CREATE_TOPICS"),
 ];
 
 /// The environment variable naming the config file when `--config` is not given.
@@ -473,6 +488,28 @@ pub struct Args {
     /// Default: 3600000 (1 h).
     #[arg(long, value_name = "MS")]
     pub segment_ms: Option<u64>,
+
+    /// Kafka protocol listener (TCP); topics are the streams of tenant `default`, namespace
+    /// `default`. Env: FELIX_KAFKA_ADDR. Default: 127.0.0.1:9092.
+    #[arg(long, value_name = "IP:PORT")]
+    pub kafka_addr: Option<SocketAddr>,
+
+    /// Partitions of a topic the Kafka listener creates without a count (auto-created, or
+    /// CreateTopics with -1). Env: FELIX_KAFKA_DEFAULT_PARTITIONS. Default: 1.
+    #[arg(long, value_name = "N")]
+    pub kafka_default_partitions: Option<u32>,
+
+    /// Create an unknown topic when a Kafka client produces to it or asks for its metadata,
+    /// as Kafka's auto.create.topics.enable does. Accepts 1/0/true/false.
+    /// Env: FELIX_KAFKA_AUTO_CREATE_TOPICS. Default: true.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        value_parser = parse_bool,
+        num_args = 0..=1,
+        default_missing_value = "true",
+    )]
+    pub kafka_auto_create_topics: Option<bool>,
 }
 
 /// `higher.field.or(lower.field)` for every listed field.
@@ -494,7 +531,7 @@ impl Args {
             s3_endpoint, s3_region, s3_path_style, object_store_timeout_ms,
             object_store_max_retries, object_store_concurrency, cache_dir, cache_memory_bytes,
             cache_disk_bytes, cold_prefetch_row_groups, tier_row_group_bytes,
-            retention_check_ms,
+            retention_check_ms, kafka_addr, kafka_default_partitions, kafka_auto_create_topics,
         )
     }
 
@@ -554,6 +591,9 @@ impl Args {
             cold_prefetch_row_groups: env.parsed("FELIX_COLD_PREFETCH_ROW_GROUPS")?,
             tier_row_group_bytes: env.parsed("FELIX_TIER_ROW_GROUP_BYTES")?,
             retention_check_ms: env.parsed("FELIX_RETENTION_CHECK_MS")?,
+            kafka_addr: env.parsed("FELIX_KAFKA_ADDR")?,
+            kafka_default_partitions: env.parsed("FELIX_KAFKA_DEFAULT_PARTITIONS")?,
+            kafka_auto_create_topics: env.get("FELIX_KAFKA_AUTO_CREATE_TOPICS", parse_bool)?,
         })
     }
 }
@@ -774,6 +814,13 @@ impl BrokerConfig {
                 .unwrap_or(d.cold_prefetch_row_groups),
             tier_row_group_bytes: layer.tier_row_group_bytes.unwrap_or(d.tier_row_group_bytes),
             retention_check_ms: layer.retention_check_ms.unwrap_or(d.retention_check_ms),
+            kafka_addr: layer.kafka_addr.unwrap_or(d.kafka_addr),
+            kafka_default_partitions: layer
+                .kafka_default_partitions
+                .unwrap_or(d.kafka_default_partitions),
+            kafka_auto_create_topics: layer
+                .kafka_auto_create_topics
+                .unwrap_or(d.kafka_auto_create_topics),
         };
         config.validate()?;
         Ok(config)
@@ -857,10 +904,31 @@ impl BrokerConfig {
             ("cache_memory_bytes", self.cache_memory_bytes as u64),
             ("tier_row_group_bytes", self.tier_row_group_bytes as u64),
             ("retention_check_ms", self.retention_check_ms),
+            (
+                "kafka_default_partitions",
+                self.kafka_default_partitions as u64,
+            ),
         ];
         for (key, value) in at_least_one {
             if value == 0 {
                 return Err(invalid(key, "must be at least 1"));
+            }
+        }
+        if self.kafka_default_partitions > 4096 {
+            return Err(invalid(
+                "kafka_default_partitions",
+                "must be at most 4096 (a stream's most shards)",
+            ));
+        }
+        for (key, addr) in [
+            ("admin_addr", self.admin_addr),
+            ("internal_addr", self.internal_addr),
+        ] {
+            if addr == self.kafka_addr && addr.port() != 0 {
+                return Err(invalid(
+                    "kafka_addr",
+                    format!("{addr} is also {key}; the Kafka listener needs an address of its own"),
+                ));
             }
         }
         if self.max_frame_bytes > u32::MAX as usize {
@@ -1349,5 +1417,37 @@ mod tests {
             load_ok(&with_file(&path, &[]), &HashMap::new()),
             BrokerConfig::default()
         );
+    }
+
+    #[test]
+    fn kafka_settings_default_and_come_from_every_source() {
+        let c = load_ok(&Args::default(), &HashMap::new());
+        assert_eq!(c.kafka_addr.to_string(), "127.0.0.1:9092");
+        assert_eq!(c.kafka_default_partitions, 1);
+        assert!(c.kafka_auto_create_topics);
+        let vars = env(&[
+            ("FELIX_KAFKA_ADDR", "127.0.0.1:19092"),
+            ("FELIX_KAFKA_DEFAULT_PARTITIONS", "3"),
+            ("FELIX_KAFKA_AUTO_CREATE_TOPICS", "0"),
+        ]);
+        let c = load_ok(&Args::default(), &vars);
+        assert_eq!(c.kafka_addr.to_string(), "127.0.0.1:19092");
+        assert_eq!(c.kafka_default_partitions, 3);
+        assert!(!c.kafka_auto_create_topics);
+        let c = load_ok(
+            &flags(&[
+                "--kafka-addr=127.0.0.1:29092",
+                "--kafka-default-partitions=4",
+                "--kafka-auto-create-topics",
+            ]),
+            &vars,
+        );
+        assert_eq!(c.kafka_addr.to_string(), "127.0.0.1:29092");
+        assert_eq!(c.kafka_default_partitions, 4);
+        assert!(c.kafka_auto_create_topics);
+        let msg = refused(&flags(&["--kafka-default-partitions=0"]), &HashMap::new());
+        assert!(msg.starts_with("kafka_default_partitions"), "{msg}");
+        let msg = refused(&flags(&["--kafka-addr=127.0.0.1:8080"]), &HashMap::new());
+        assert!(msg.contains("kafka_addr"), "{msg}");
     }
 }

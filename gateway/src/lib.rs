@@ -7,10 +7,12 @@
 //! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
 //! * [`metrics`] — the `felix_*` Prometheus metrics.
 //! * [`producers`] — idempotent producers' sequences per shard.
+//! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
 
 pub mod admin;
 pub mod broker;
 pub mod config;
+pub mod kafka;
 pub mod metrics;
 pub mod producers;
 pub mod server;

@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use felix_gateway::broker::Broker;
 use felix_gateway::config::{self, BrokerConfig};
+use felix_gateway::kafka::{KafkaListener, KafkaSettings};
 use felix_gateway::metrics::Metrics;
 use felix_gateway::{admin, server, tls};
 use felix_meta::{Command, CommandError, MetaConfig, MetaError, MetaHandle, MetaNode};
@@ -41,6 +42,7 @@ With no arguments, `felix` runs a single node with the embedded defaults:
   * the QUIC client listener on 127.0.0.1:5000, with a self-signed CA and certificate
     generated under ./felix-data/tls (clients trust ./felix-data/tls/ca.pem)
   * admin HTTP on 127.0.0.1:8080: /metrics, /healthz and the /v1 management API
+  * the Kafka protocol listener on 127.0.0.1:9092: topics are the streams of default/default
   * tenant `default` with namespace `default`, ready to use
   * durable writes fsynced every 250 ms, publishes acknowledged once written
 
@@ -166,7 +168,7 @@ async fn serve(config: &BrokerConfig, meta: &MetaNode) -> anyhow::Result<()> {
     result
 }
 
-/// The listeners: QUIC for clients, HTTP for admin. Returns once a signal asked to stop
+/// The listeners: QUIC for clients, HTTP for admin, Kafka. Returns once a signal asked to stop
 /// and the broker and the listeners have stopped: the broker first, so that it ends its
 /// subscriptions and flushes its logs while clients are still connected to hear it.
 async fn listen(
@@ -191,8 +193,18 @@ async fn listen(
                 .with_context(|| format!("listen for admin HTTP on {}", config.admin_addr));
         }
     };
+    let kafka_settings = KafkaSettings::from_config(config, DEFAULT_TENANT, DEFAULT_NAMESPACE);
+    let kafka = match KafkaListener::bind(config, kafka_settings, broker.clone()).await {
+        Ok(kafka) => kafka,
+        Err(e) => {
+            endpoint.close(0u32.into(), b"broker stopping");
+            return Err(e);
+        }
+    };
     let quic_addr = local_or_configured(endpoint.local_addr(), config.quic_addr);
     let admin_addr = local_or_configured(admin_listener.local_addr(), config.admin_addr);
+    let kafka_addr = local_or_configured(kafka.local_addr(), config.kafka_addr);
+    let kafka_offsets = kafka.offsets_flusher();
 
     let (stop, stopped) = watch::channel(false);
     let quic_task = tokio::spawn(server::serve_quic(
@@ -200,6 +212,7 @@ async fn listen(
         broker.clone(),
         stopped.clone(),
     ));
+    let kafka_task = tokio::spawn(kafka.serve(stopped.clone()));
     let admin_router = admin::router(broker.clone(), metrics);
     let admin_task = tokio::spawn(async move {
         if let Err(e) = admin::serve(admin_listener, admin_router, stopped).await {
@@ -219,10 +232,11 @@ async fn listen(
         ),
     };
     eprintln!(
-        "felix node {} ready: quic {}, admin {}, data {} ({})",
+        "felix node {} ready: quic {}, admin {}, kafka {}, data {} ({})",
         config.node_id,
         quic_addr,
         admin_addr,
+        kafka_addr,
         config.data_dir.display(),
         trust
     );
@@ -239,6 +253,11 @@ async fn listen(
     .await;
     stop_step("admin HTTP", async {
         let _ = admin_task.await;
+    })
+    .await;
+    stop_step("Kafka listener", async {
+        let _ = kafka_task.await;
+        kafka_offsets.flush().await;
     })
     .await;
     Ok(())

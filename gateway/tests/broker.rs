@@ -1,7 +1,8 @@
 //! The broker's promises on a real `felix` process over real QUIC on loopback: durability
 //! across SIGKILL, ordering through batching and fanout, lag isolation, catch-up, tenant
-//! backpressure, bad input, and the `felixctl` tool. One binary; each area is a module
-//! under `tests/broker/`, sharing the process harness in `common`.
+//! backpressure, bad input, the `felixctl` tool, and the Kafka listener with real Kafka
+//! clients. One binary; each area is a module under `tests/broker/`, sharing the process
+//! harness in `common`.
 
 mod broker {
     mod backpressure;
@@ -11,6 +12,7 @@ mod broker {
     mod fanout;
     mod felixctl;
     mod idempotence;
+    mod kafka;
     mod ordering;
     mod tiering;
 }

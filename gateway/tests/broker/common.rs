@@ -66,6 +66,8 @@ pub struct Broker {
     pub quic_addr: SocketAddr,
     pub admin_addr: SocketAddr,
     internal_addr: SocketAddr,
+    /// The Kafka listener (TCP).
+    pub kafka_addr: SocketAddr,
     options: BrokerOptions,
     child: Option<Child>,
     starts: u32,
@@ -84,6 +86,7 @@ impl Broker {
             quic_addr: loopback(free_udp_port()),
             admin_addr: loopback(free_tcp_port()),
             internal_addr: loopback(free_tcp_port()),
+            kafka_addr: loopback(free_tcp_port()),
             options,
             child: None,
             starts: 0,
@@ -97,6 +100,7 @@ impl Broker {
                     broker.quic_addr = loopback(free_udp_port());
                     broker.admin_addr = loopback(free_tcp_port());
                     broker.internal_addr = loopback(free_tcp_port());
+                    broker.kafka_addr = loopback(free_tcp_port());
                 }
                 Err(e) => panic!("{e}"),
             }
@@ -130,7 +134,8 @@ impl Broker {
             .arg(self.data_dir())
             .args(["--quic-addr", &self.quic_addr.to_string()])
             .args(["--admin-addr", &self.admin_addr.to_string()])
-            .args(["--internal-addr", &self.internal_addr.to_string()]);
+            .args(["--internal-addr", &self.internal_addr.to_string()])
+            .args(["--kafka-addr", &self.kafka_addr.to_string()]);
         if let Some(f) = &self.options.fsync {
             cmd.args(["--fsync", f]);
         }

@@ -1,0 +1,78 @@
+//! Felix's errors as Kafka error codes. Decides which Kafka code a refusal becomes, so that
+//! a Kafka client takes the action Felix means: retry (a retriable code, with
+//! `throttle_time_ms` when Felix said when), refresh metadata, reset its offset, or give up.
+
+use felix_wire::protocol::{ErrorBody, codes};
+use kafka_protocol::error::ResponseError;
+
+/// The Kafka code for a Felix error.
+pub fn kafka_error(e: &ErrorBody) -> ResponseError {
+    match e.code {
+        codes::UNKNOWN_TENANT
+        | codes::UNKNOWN_NAMESPACE
+        | codes::UNKNOWN_STREAM
+        | codes::UNKNOWN_SHARD => ResponseError::UnknownTopicOrPartition,
+        codes::RECORD_TOO_LARGE | codes::FRAME_TOO_LARGE => ResponseError::MessageTooLarge,
+        codes::BAD_REQUEST if e.reason == "invalid_batch" => ResponseError::CorruptMessage,
+        codes::BAD_REQUEST => ResponseError::InvalidRequest,
+        // Not applied; retry after `retry_after_ms` (sent as throttle_time_ms). librdkafka
+        // and the Java client retry REQUEST_TIMED_OUT on produce, and an idempotent producer
+        // keeps its sequence.
+        codes::OVERLOADED => ResponseError::RequestTimedOut,
+        codes::OFFSET_OUT_OF_RANGE | codes::OFFSET_TOO_OLD => ResponseError::OffsetOutOfRange,
+        codes::SHARD_UNAVAILABLE if e.reason == "cold_tier_unavailable" => {
+            ResponseError::KafkaStorageError
+        }
+        // Stopping, closed or fenced: the client refreshes metadata and retries.
+        codes::SHARD_UNAVAILABLE => ResponseError::NotLeaderOrFollower,
+        // Written here, not confirmed by a quorum: the outcome is unknown.
+        codes::QUORUM_TIMEOUT => ResponseError::NotEnoughReplicasAfterAppend,
+        codes::METADATA_UNAVAILABLE => ResponseError::LeaderNotAvailable,
+        codes::OUT_OF_ORDER_SEQUENCE if e.reason == "invalid_producer_epoch" => {
+            ResponseError::InvalidProducerEpoch
+        }
+        codes::OUT_OF_ORDER_SEQUENCE => ResponseError::OutOfOrderSequenceNumber,
+        codes::ALREADY_EXISTS => ResponseError::TopicAlreadyExists,
+        codes::UNAUTHORIZED => ResponseError::TopicAuthorizationFailed,
+        codes::INVALID_ARGUMENT if e.reason == "ephemeral_stream" => {
+            ResponseError::InvalidTopicException
+        }
+        codes::INVALID_ARGUMENT => ResponseError::InvalidRequest,
+        _ => ResponseError::UnknownServerError,
+    }
+}
+
+/// `retry_after_ms` as Kafka's `throttle_time_ms`.
+pub fn throttle_ms(e: &ErrorBody) -> i32 {
+    e.retry_after_ms
+        .map_or(0, |ms| i32::try_from(ms).unwrap_or(i32::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_become_the_codes_kafka_clients_act_on() {
+        let e = |code, reason: &str| ErrorBody::new(code, reason, "m");
+        assert_eq!(
+            kafka_error(&e(codes::UNKNOWN_STREAM, "unknown_stream")),
+            ResponseError::UnknownTopicOrPartition
+        );
+        assert_eq!(
+            kafka_error(&e(codes::OFFSET_TOO_OLD, "offset_too_old")),
+            ResponseError::OffsetOutOfRange
+        );
+        assert_eq!(
+            kafka_error(&e(codes::SHARD_UNAVAILABLE, "cold_tier_unavailable")),
+            ResponseError::KafkaStorageError
+        );
+        assert_eq!(
+            kafka_error(&e(codes::OUT_OF_ORDER_SEQUENCE, "invalid_producer_epoch")),
+            ResponseError::InvalidProducerEpoch
+        );
+        let overloaded = e(codes::OVERLOADED, "publish_queue_full").retry_after(50);
+        assert!(kafka_error(&overloaded).is_retriable());
+        assert_eq!(throttle_ms(&overloaded), 50);
+    }
+}

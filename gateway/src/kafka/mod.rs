@@ -1,0 +1,159 @@
+//! The Kafka protocol listener: existing Kafka producers, consumers and tools talk to Felix
+//! unchanged (docs/kafka.md).
+//!
+//! Decides how Kafka's model maps onto Felix's: one listener serves one tenant and namespace
+//! (`default`/`default` in the embedded default), a topic is a stream of that namespace and
+//! a partition is a shard. This broker leads every partition.
+//!
+//! The invariant: the log already stores Kafka RecordBatch v2, so a produce appends the
+//! batches the client sent (the broker stamps only the base offset and the leader epoch) and
+//! a fetch answers with stored batches. Nothing here re-encodes a record; request and
+//! response messages are `kafka-protocol`'s.
+//!
+//! * [`api`] — the supported APIs and versions, request decoding, response encoding.
+//! * [`connection`] — framing and one connection's requests, answered in order.
+//! * [`topics`] — Metadata, CreateTopics, DeleteTopics, auto-creation, topic ids.
+//! * [`configs`] — DescribeConfigs and (Incremental)AlterConfigs: topic configs as stream
+//!   settings.
+//! * [`produce`], [`fetch`], [`list_offsets`] — the data path.
+//! * [`groups`] — the group coordinator (membership, rebalances) and InitProducerId.
+//! * [`offsets`] — committed offsets, durable in a log of their own.
+//! * [`errors`] — Felix errors as Kafka error codes.
+
+mod api;
+mod configs;
+mod connection;
+mod errors;
+mod fetch;
+mod groups;
+mod list_offsets;
+mod offsets;
+mod produce;
+mod topics;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use crate::broker::Broker;
+use crate::config::BrokerConfig;
+
+pub use api::SUPPORTED_APIS;
+
+/// The tenant and namespace a listener serves, and how it creates topics.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    pub tenant: String,
+    pub namespace: String,
+    /// Partitions of a topic created without a count.
+    pub default_partitions: u32,
+    /// Create unknown topics on Metadata and Produce.
+    pub auto_create_topics: bool,
+    /// Largest request accepted; a larger one closes the connection.
+    pub max_request_bytes: usize,
+}
+
+impl KafkaSettings {
+    /// The listener's settings from the node's configuration, serving `tenant`/`namespace`.
+    pub fn from_config(config: &BrokerConfig, tenant: &str, namespace: &str) -> KafkaSettings {
+        KafkaSettings {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            default_partitions: config.kafka_default_partitions,
+            auto_create_topics: config.kafka_auto_create_topics,
+            max_request_bytes: config.max_frame_bytes,
+        }
+    }
+}
+
+/// What every connection shares: the broker, the settings and the group coordinator.
+pub(crate) struct Kafka {
+    broker: Arc<Broker>,
+    settings: KafkaSettings,
+    groups: groups::GroupCoordinator,
+}
+
+/// A bound Kafka listener, ready to serve.
+pub struct KafkaListener {
+    listener: TcpListener,
+    kafka: Arc<Kafka>,
+}
+
+/// Connections idle this long are closed (Kafka's `connections.max.idle.ms` default).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+impl KafkaListener {
+    /// Binds the listener and opens the committed-offsets log under
+    /// `<data_dir>/kafka/group-offsets`.
+    pub async fn bind(
+        config: &BrokerConfig,
+        settings: KafkaSettings,
+        broker: Arc<Broker>,
+    ) -> anyhow::Result<KafkaListener> {
+        let dir = config.data_dir.join("kafka").join("group-offsets");
+        let offsets = offsets::CommittedOffsets::open(&dir, config.fsync_policy())
+            .with_context(|| format!("open the Kafka group offsets in {}", dir.display()))?;
+        let listener = TcpListener::bind(config.kafka_addr)
+            .await
+            .with_context(|| format!("listen for Kafka on {}", config.kafka_addr))?;
+        let kafka = Arc::new(Kafka {
+            groups: groups::GroupCoordinator::new(offsets),
+            broker,
+            settings,
+        });
+        tokio::spawn(groups::expire_members(Arc::downgrade(&kafka)));
+        Ok(KafkaListener { listener, kafka })
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// A handle that flushes the committed offsets at shutdown.
+    pub fn offsets_flusher(&self) -> OffsetsFlusher {
+        OffsetsFlusher(self.kafka.clone())
+    }
+
+    /// Accepts connections until `shutdown` turns true; each connection also ends then.
+    pub async fn serve(self, mut shutdown: watch::Receiver<bool>) {
+        let for_connections = shutdown.clone();
+        loop {
+            let accepted = tokio::select! {
+                accepted = self.listener.accept() => accepted,
+                _ = shutdown.wait_for(|s| *s) => {
+                    debug!("Kafka listener stopping");
+                    return;
+                }
+            };
+            match accepted {
+                Ok((stream, peer)) => {
+                    let kafka = self.kafka.clone();
+                    let stop = for_connections.clone();
+                    tokio::spawn(async move {
+                        connection::serve(stream, peer, kafka, stop).await;
+                    });
+                }
+                Err(e) => {
+                    // Out of file descriptors and the like: back off rather than spin.
+                    warn!(error = %e, "Kafka listener could not accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Flushes the Kafka group offsets' log (see [`KafkaListener::offsets_flusher`]).
+pub struct OffsetsFlusher(Arc<Kafka>);
+
+impl OffsetsFlusher {
+    pub async fn flush(&self) {
+        self.0.groups.offsets().flush().await;
+    }
+}

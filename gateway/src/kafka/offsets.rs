@@ -1,0 +1,366 @@
+//! Kafka consumer groups' committed offsets, durable without the control plane.
+//!
+//! Decides where a committed offset lives and what makes it durable: every OffsetCommit is
+//! one record batch appended to a log of its own (`<data_dir>/kafka/group-offsets`, a
+//! [`ShardLog`] like a stream's), answered once written under the broker's fsync policy. The
+//! log's writer groups concurrent commits into one write (and one fsync under `on_commit`),
+//! so a consumer committing after every message costs an append, never a Raft round. The
+//! table in memory is rebuilt from the log when the broker starts.
+//!
+//! The invariant: replaying the log in order gives the table, because a commit is applied
+//! to the table under the same lock that appends it, so table order is log order. The log
+//! is compacted by appending the whole table as a snapshot (under that lock) and then
+//! deleting the sealed segments wholly before the snapshot: every record they held is
+//! superseded by the snapshot or by what follows it.
+//!
+//! Record format: key = JSON [`OffsetKey`], value = JSON [`Committed`] (none: deleted).
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use felix_hot::{FsyncPolicy, LogConfig, LogError, RetentionPolicy, ShardLog};
+use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
+use felix_wire::{BatchBuilder, BatchIter, Compression, DecodedBatch, Record};
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+
+/// Segments of the offsets log: small, so compaction can drop them soon.
+const SEGMENT_BYTES: u64 = 4 << 20;
+/// Compact once this many records were appended since the last snapshot, and at least
+/// twice as many as the table holds.
+const COMPACT_AFTER_RECORDS: u64 = 100_000;
+/// Records per snapshot batch.
+const SNAPSHOT_BATCH_RECORDS: usize = 2_000;
+
+/// Whose offset: a group's position in one partition, in one tenant's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct OffsetKey {
+    pub tenant: String,
+    pub namespace: String,
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+}
+
+/// A committed position.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Committed {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+    pub commit_ms: i64,
+}
+
+struct Table {
+    entries: HashMap<OffsetKey, Committed>,
+    records_since_snapshot: u64,
+}
+
+/// The committed offsets of every group this broker coordinates.
+pub struct CommittedOffsets {
+    log: ShardLog,
+    table: tokio::sync::Mutex<Table>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Encodes entries as one batch.
+fn batch(entries: &[(OffsetKey, Option<Committed>)]) -> Result<Vec<u8>, LogError> {
+    let now = now_ms();
+    let mut b = BatchBuilder::new(Compression::None);
+    for (key, value) in entries {
+        b.push(Record {
+            offset: 0,
+            timestamp: now,
+            key: Some(Bytes::from(serde_json::to_vec(key).unwrap_or_default())),
+            value: value
+                .as_ref()
+                .map(|v| Bytes::from(serde_json::to_vec(v).unwrap_or_default())),
+            headers: Vec::new(),
+        });
+    }
+    b.build().map_err(LogError::InvalidBatch)
+}
+
+impl CommittedOffsets {
+    /// Opens (or creates) the log in `dir` and rebuilds the table from it.
+    pub fn open(dir: &Path, fsync: FsyncPolicy) -> Result<CommittedOffsets, LogError> {
+        let log = ShardLog::open(
+            dir,
+            LogConfig {
+                shard: "kafka/group-offsets".to_owned(),
+                segment_bytes: SEGMENT_BYTES,
+                segment_age: None,
+                fsync,
+                // Compaction decides what goes: the policy only has to allow it.
+                retention: RetentionPolicy {
+                    max_bytes: Some(0),
+                    max_age: None,
+                },
+                ..LogConfig::default()
+            },
+        )?;
+        let mut table = Table {
+            entries: HashMap::new(),
+            records_since_snapshot: 0,
+        };
+        let end = log.committed_offset();
+        let mut offset = log.first_offset();
+        while offset < end {
+            let read = log.read(offset, 4 << 20, None)?;
+            if read.batches.is_empty() {
+                break;
+            }
+            for (_, bytes) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+                match DecodedBatch::decode(bytes, DEFAULT_MAX_DECOMPRESSED) {
+                    Ok(decoded) => {
+                        for r in decoded.records {
+                            table.records_since_snapshot += 1;
+                            apply(&mut table.entries, &r);
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "skipping an unreadable group-offsets batch"),
+                }
+            }
+            offset = read.next_offset;
+        }
+        if end > 0 {
+            info!(
+                offsets = table.entries.len(),
+                records = table.records_since_snapshot,
+                "Kafka group offsets loaded"
+            );
+        }
+        Ok(CommittedOffsets {
+            log,
+            table: tokio::sync::Mutex::new(table),
+        })
+    }
+
+    /// Commits `entries` durably (under the fsync policy) and atomically: all or none.
+    pub async fn commit(&self, entries: Vec<(OffsetKey, Committed)>) -> Result<(), LogError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let entries: Vec<(OffsetKey, Option<Committed>)> =
+            entries.into_iter().map(|(k, v)| (k, Some(v))).collect();
+        let encoded = batch(&entries)?;
+        let (ticket, compact) = {
+            let mut table = self.table.lock().await;
+            let ticket = self.log.append(encoded).await?;
+            for (k, v) in entries {
+                if let Some(v) = v {
+                    table.entries.insert(k, v);
+                }
+                table.records_since_snapshot += 1;
+            }
+            let compact = table.records_since_snapshot
+                > COMPACT_AFTER_RECORDS.max(2 * table.entries.len() as u64);
+            (ticket, compact)
+        };
+        ticket.committed().await?;
+        if compact && let Err(e) = self.compact().await {
+            warn!(error = %e, "could not compact the Kafka group offsets; retrying later");
+        }
+        Ok(())
+    }
+
+    /// A group's committed offset for one partition.
+    pub async fn get(&self, key: &OffsetKey) -> Option<Committed> {
+        self.table.lock().await.entries.get(key).cloned()
+    }
+
+    /// Every committed offset of a group.
+    pub async fn of_group(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        group: &str,
+    ) -> Vec<(OffsetKey, Committed)> {
+        let table = self.table.lock().await;
+        let mut out: Vec<(OffsetKey, Committed)> = table
+            .entries
+            .iter()
+            .filter(|(k, _)| k.tenant == tenant && k.namespace == namespace && k.group == group)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// The groups that have committed offsets in a namespace.
+    pub async fn groups(&self, tenant: &str, namespace: &str) -> BTreeSet<String> {
+        let table = self.table.lock().await;
+        table
+            .entries
+            .keys()
+            .filter(|k| k.tenant == tenant && k.namespace == namespace)
+            .map(|k| k.group.clone())
+            .collect()
+    }
+
+    /// Flushes the log to the device (at shutdown).
+    pub async fn flush(&self) {
+        if let Err(e) = tokio::time::timeout(Duration::from_secs(10), self.log.sync()).await {
+            warn!(error = %e, "flushing the Kafka group offsets timed out");
+        }
+    }
+
+    /// Appends the whole table, then deletes the sealed segments wholly before it.
+    async fn compact(&self) -> Result<(), LogError> {
+        let (tickets, snapshot_start, live) = {
+            let mut table = self.table.lock().await;
+            let snapshot_start = self.log.next_offset();
+            let mut sorted: Vec<(OffsetKey, Option<Committed>)> = table
+                .entries
+                .iter()
+                .map(|(k, v)| (k.clone(), Some(v.clone())))
+                .collect();
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut tickets = Vec::new();
+            for chunk in sorted.chunks(SNAPSHOT_BATCH_RECORDS) {
+                tickets.push(self.log.append(batch(chunk)?).await?);
+            }
+            table.records_since_snapshot = table.entries.len() as u64;
+            (tickets, snapshot_start, table.entries.len())
+        };
+        for t in tickets {
+            t.committed().await?;
+        }
+        let outcome = self
+            .log
+            .enforce_retention_with_floor(snapshot_start, snapshot_start)?;
+        info!(
+            offsets = live,
+            deleted_segments = outcome.deleted_segments,
+            "Kafka group offsets compacted"
+        );
+        Ok(())
+    }
+}
+
+/// Applies one record to the table: the latest record of a key wins; no value deletes.
+fn apply(entries: &mut HashMap<OffsetKey, Committed>, r: &Record) {
+    let Some(key) = r
+        .key
+        .as_ref()
+        .and_then(|k| serde_json::from_slice::<OffsetKey>(k).ok())
+    else {
+        warn!("skipping a group-offsets record without a readable key");
+        return;
+    };
+    match r
+        .value
+        .as_ref()
+        .map(|v| serde_json::from_slice::<Committed>(v))
+    {
+        Some(Ok(v)) => {
+            entries.insert(key, v);
+        }
+        Some(Err(e)) => {
+            warn!(error = %e, "skipping a group-offsets record without a readable value")
+        }
+        None => {
+            entries.remove(&key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(group: &str, partition: i32) -> OffsetKey {
+        OffsetKey {
+            tenant: "default".into(),
+            namespace: "default".into(),
+            group: group.into(),
+            topic: "t".into(),
+            partition,
+        }
+    }
+
+    fn at(offset: i64) -> Committed {
+        Committed {
+            offset,
+            leader_epoch: -1,
+            metadata: Some("m".into()),
+            commit_ms: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn committed_offsets_survive_reopening_and_compaction() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let offsets = CommittedOffsets::open(dir.path(), FsyncPolicy::OnCommit).expect("open");
+            for i in 0..50 {
+                offsets
+                    .commit(vec![(key("g", 0), at(i)), (key("g", 1), at(i * 2))])
+                    .await
+                    .expect("commit");
+            }
+            offsets
+                .commit(vec![(key("h", 0), at(7))])
+                .await
+                .expect("commit");
+            offsets.compact().await.expect("compact");
+            offsets
+                .commit(vec![(key("g", 0), at(100))])
+                .await
+                .expect("commit");
+            assert_eq!(offsets.get(&key("g", 0)).await, Some(at(100)));
+        }
+        let offsets = CommittedOffsets::open(dir.path(), FsyncPolicy::OnCommit).expect("reopen");
+        assert_eq!(offsets.get(&key("g", 0)).await, Some(at(100)));
+        assert_eq!(offsets.get(&key("g", 1)).await, Some(at(98)));
+        assert_eq!(offsets.get(&key("h", 0)).await, Some(at(7)));
+        assert_eq!(offsets.of_group("default", "default", "g").await.len(), 2);
+        let groups: Vec<String> = offsets
+            .groups("default", "default")
+            .await
+            .into_iter()
+            .collect();
+        assert_eq!(groups, vec!["g".to_owned(), "h".to_owned()]);
+    }
+
+    #[tokio::test]
+    async fn compaction_drops_superseded_segments() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let offsets = CommittedOffsets::open(dir.path(), FsyncPolicy::OnCommit).expect("open");
+        // About 40 KB per round: enough rounds to seal several 4 MiB segments.
+        let metadata = "x".repeat(400);
+        for round in 0..300 {
+            let entries = (0..100)
+                .map(|p| {
+                    (
+                        key("g", p),
+                        Committed {
+                            metadata: Some(metadata.clone()),
+                            ..at(round)
+                        },
+                    )
+                })
+                .collect();
+            offsets.commit(entries).await.expect("commit");
+        }
+        let before = offsets.log.size_bytes();
+        offsets.compact().await.expect("compact");
+        assert!(
+            offsets.log.size_bytes() < before / 2,
+            "{before} -> {}",
+            offsets.log.size_bytes()
+        );
+        drop(offsets);
+        let offsets = CommittedOffsets::open(dir.path(), FsyncPolicy::OnCommit).expect("reopen");
+        for p in 0..100 {
+            assert_eq!(offsets.get(&key("g", p)).await.map(|c| c.offset), Some(299));
+        }
+    }
+}

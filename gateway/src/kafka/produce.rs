@@ -1,0 +1,230 @@
+//! Produce: a partition's record batches go, as sent, into the broker's publish path.
+//!
+//! Decides how Kafka's `acks` map onto Felix's acknowledgements: `acks=0` is a
+//! fire-and-forget publish (and, as in Kafka, no response at all); `acks=1` and `acks=all`
+//! are acknowledged publishes, answered once the stream's consistency is met (Leader: written
+//! to this broker's log under the fsync policy; Quorum: held by a majority, once replication
+//! exists). Idempotent producers' sequences are checked by the broker against the batch
+//! headers; transactional batches are refused (no transactions yet).
+
+use bytes::Bytes;
+use felix_wire::BatchHeader;
+use felix_wire::protocol::{AckMode, ErrorBody};
+use futures::future::join_all;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+
+use super::Kafka;
+use super::errors::{kafka_error, throttle_ms};
+use super::topics::resolve;
+
+/// The outcome for one partition.
+struct Outcome {
+    index: i32,
+    result: Result<u64, (ResponseError, Option<String>)>,
+    log_start: i64,
+    throttle_ms: i32,
+}
+
+impl Outcome {
+    fn error(index: i32, error: ResponseError, message: impl Into<Option<String>>) -> Outcome {
+        Outcome {
+            index,
+            result: Err((error, message.into())),
+            log_start: -1,
+            throttle_ms: 0,
+        }
+    }
+}
+
+/// Refuses what Felix cannot store as Kafka means it: transactional and control batches.
+fn check_batches(records: &Bytes) -> Result<(), (ResponseError, Option<String>)> {
+    let mut at = 0;
+    while at < records.len() {
+        let Ok(h) = BatchHeader::parse(&records[at..]) else {
+            // Malformed: the broker's validation says exactly what is wrong.
+            return Ok(());
+        };
+        if h.is_transactional() || h.is_control() {
+            return Err((
+                ResponseError::InvalidTxnState,
+                Some("transactions are not supported by Felix".to_owned()),
+            ));
+        }
+        at += h.total_len().max(1);
+    }
+    Ok(())
+}
+
+/// Serves a Produce request. `None` means no response is sent (`acks=0`).
+pub async fn produce(
+    kafka: &Kafka,
+    request: ProduceRequest,
+    version: i16,
+) -> Option<ProduceResponse> {
+    let ack = match request.acks {
+        0 => Some(AckMode::None),
+        1 | -1 => Some(AckMode::Batch),
+        _ => None,
+    };
+    let transactional = request
+        .transactional_id
+        .as_ref()
+        .is_some_and(|t| !t.is_empty());
+    let s = &kafka.settings;
+    let mut topics = Vec::with_capacity(request.topic_data.len());
+    for topic in request.topic_data {
+        let name = topic.name.to_string();
+        let shape = match ack {
+            Some(_) if !transactional => Some(resolve(kafka, &name, true).await),
+            _ => None,
+        };
+        let partitions = topic.partition_data.into_iter().map(|p| {
+            let shape = shape.clone();
+            let name = name.clone();
+            async move {
+                let index = p.index;
+                let Some(ack) = ack else {
+                    return Outcome::error(index, ResponseError::InvalidRequiredAcks, None);
+                };
+                if transactional {
+                    return Outcome::error(
+                        index,
+                        ResponseError::TransactionalIdAuthorizationFailed,
+                        "transactions are not supported by Felix".to_owned(),
+                    );
+                }
+                let shape = match shape {
+                    Some(Ok(shape)) => shape,
+                    Some(Err(error)) => return Outcome::error(index, error, None),
+                    None => return Outcome::error(index, ResponseError::UnknownServerError, None),
+                };
+                if index < 0 || index as u32 >= shape.shards {
+                    return Outcome::error(index, ResponseError::UnknownTopicOrPartition, None);
+                }
+                let Some(records) = p.records.filter(|r| !r.is_empty()) else {
+                    return Outcome::error(
+                        index,
+                        ResponseError::CorruptMessage,
+                        "a produce needs at least one record batch".to_owned(),
+                    );
+                };
+                if let Err((error, message)) = check_batches(&records) {
+                    return Outcome::error(index, error, message);
+                }
+                let shard = index as u32;
+                match kafka
+                    .broker
+                    .publish(&s.tenant, &s.namespace, &name, shard, ack, records)
+                    .await
+                {
+                    Ok(published) => {
+                        let log_start = kafka
+                            .broker
+                            .shard_bounds(&s.tenant, &s.namespace, &name, shard)
+                            .map_or(-1, |b| b.earliest as i64);
+                        Outcome {
+                            index,
+                            result: Ok(published.map_or(0, |(base, _)| base)),
+                            log_start,
+                            throttle_ms: 0,
+                        }
+                    }
+                    Err(e) => refused(index, &e),
+                }
+            }
+        });
+        let outcomes = join_all(partitions).await;
+        topics.push((topic.name, outcomes));
+    }
+    if ack == Some(AckMode::None) {
+        return None;
+    }
+    let mut throttle = 0;
+    let responses = topics
+        .into_iter()
+        .map(|(name, outcomes)| {
+            let partitions = outcomes
+                .into_iter()
+                .map(|o| {
+                    throttle = throttle.max(o.throttle_ms);
+                    let r = PartitionProduceResponse::default()
+                        .with_index(o.index)
+                        .with_log_start_offset(o.log_start);
+                    match o.result {
+                        Ok(base) => r.with_base_offset(base as i64),
+                        Err((error, message)) => {
+                            let r = r.with_error_code(error.code()).with_base_offset(-1);
+                            match message {
+                                Some(m) if version >= 8 => {
+                                    r.with_error_message(Some(StrBytes::from_string(m)))
+                                }
+                                _ => r,
+                            }
+                        }
+                    }
+                })
+                .collect();
+            TopicProduceResponse::default()
+                .with_name(name)
+                .with_partition_responses(partitions)
+        })
+        .collect();
+    Some(
+        ProduceResponse::default()
+            .with_responses(responses)
+            .with_throttle_time_ms(throttle),
+    )
+}
+
+/// A refused publish: its Kafka code and, when Felix said when to retry, a throttle.
+fn refused(index: i32, e: &ErrorBody) -> Outcome {
+    Outcome {
+        index,
+        result: Err((kafka_error(e), Some(e.message.clone()))),
+        log_start: -1,
+        throttle_ms: throttle_ms(e),
+    }
+}
+
+/// InitProducerId: an idempotent producer's id from the control plane (Felix's own
+/// idempotent producers, `Broker::producer_init`), or, for a producer that names its id and
+/// epoch (v3+, after a sequence error), the same id at the next epoch, which restarts its
+/// sequences. Transactional ids are refused: Felix has no transactions.
+pub async fn init_producer_id(
+    kafka: &Kafka,
+    request: InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    let fail = |error: ResponseError| {
+        InitProducerIdResponse::default()
+            .with_error_code(error.code())
+            .with_producer_id((-1).into())
+            .with_producer_epoch(-1)
+    };
+    if request
+        .transactional_id
+        .as_ref()
+        .is_some_and(|t| !t.is_empty())
+    {
+        return fail(ResponseError::TransactionalIdAuthorizationFailed);
+    }
+    let (id, epoch) = (request.producer_id.0, request.producer_epoch);
+    if id >= 0 && (0..i16::MAX).contains(&epoch) {
+        return InitProducerIdResponse::default()
+            .with_producer_id(id.into())
+            .with_producer_epoch(epoch + 1);
+    }
+    match kafka.broker.producer_init().await {
+        Ok((id, epoch)) => InitProducerIdResponse::default()
+            .with_producer_id(id.into())
+            .with_producer_epoch(epoch),
+        Err(e) if e.code == felix_wire::protocol::codes::METADATA_UNAVAILABLE => {
+            fail(ResponseError::CoordinatorNotAvailable)
+        }
+        Err(e) => fail(kafka_error(&e)),
+    }
+}
