@@ -1060,6 +1060,13 @@ impl Broker {
         let fanout = Arc::new(Fanout::default());
         let closed = Arc::new(AtomicBool::new(false));
         let mut producers = ProducerTable::default();
+        // This broker is the only writer of its shards' manifests (one node leads every
+        // shard), so its applied state is current; the uploader re-reads the control plane
+        // before each upload anyway.
+        let manifest_state = self.meta.local(|s| ManifestState {
+            objects: s.manifests.get(&key).cloned().unwrap_or_default(),
+            floor: s.manifest_floors.get(&key).copied().unwrap_or(0),
+        });
         let log = if settings.durability == Durability::Durable {
             let dir = self
                 .stream_dir(tenant, namespace, stream)
@@ -1076,6 +1083,9 @@ impl Broker {
                         max_bytes: settings.hot_retention_bytes,
                         max_age: settings.hot_retention_ms.map(Duration::from_millis),
                     },
+                    // A wiped or lost local volume: continue after the uploaded history
+                    // instead of handing out its offsets again.
+                    start_offset: manifest_state.uploaded_end(),
                     ..LogConfig::default()
                 },
             )
@@ -1097,13 +1107,7 @@ impl Broker {
         let (stop_tasks, stop_rx) = watch::channel(false);
         let retention_now = Arc::new(tokio::sync::Notify::new());
         let tier = log.as_ref().map(|log| {
-            // This broker is the only writer of its shards' manifests (one node leads
-            // every shard), so its applied state is current; the uploader reloads from the
-            // control plane if a record is ever refused.
-            let manifest = Arc::new(Manifest::new(self.meta.local(|s| ManifestState {
-                objects: s.manifests.get(&key).cloned().unwrap_or_default(),
-                floor: s.manifest_floors.get(&key).copied().unwrap_or(0),
-            })));
+            let manifest = Arc::new(Manifest::new(manifest_state));
             log.mark_uploaded_below(manifest.uploaded_end());
             let tier = Arc::new(TieredShard::new(
                 key.clone(),

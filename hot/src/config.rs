@@ -83,6 +83,11 @@ pub struct LogConfig {
     pub max_pending_bytes: usize,
     /// Local retention (applied by [`crate::ShardLog::enforce_retention`]).
     pub retention: RetentionPolicy,
+    /// The offset an empty log starts at. A log whose local records all end below it is
+    /// emptied and restarted there: the caller guarantees those records are held elsewhere
+    /// (the tiering layer passes the end of the uploaded objects, so a broker whose local
+    /// volume was wiped continues the shard's offsets instead of reusing them).
+    pub start_offset: u64,
 }
 
 impl Default for LogConfig {
@@ -96,6 +101,7 @@ impl Default for LogConfig {
             max_batch_bytes: 16 * 1024 * 1024,
             max_pending_bytes: 64 * 1024 * 1024,
             retention: RetentionPolicy::default(),
+            start_offset: 0,
         }
     }
 }

@@ -90,7 +90,25 @@ pub(crate) fn open_segments(dir: &Path, cfg: &LogConfig) -> Result<Recovered, Lo
         }
     }
 
-    let next_offset = segments.last().map_or(0, |s| s.next_offset());
+    let mut next_offset = segments.last().map_or(0, |s| s.next_offset());
+    if next_offset < cfg.start_offset {
+        // Every local record lies below the start the caller gave (it holds them elsewhere):
+        // drop the local copy and continue the shard's offsets from there.
+        for seg in segments.drain(..) {
+            std::fs::remove_file(&seg.path).map_err(|e| {
+                io_err(shard, "delete segment below the start offset", &seg.path, e)
+            })?;
+            let _ =
+                std::fs::remove_file(dir.join(crate::segment::index_file_name(seg.base_offset)));
+        }
+        tracing::info!(
+            shard,
+            local_end = next_offset,
+            start = cfg.start_offset,
+            "local log ends below the start offset; continuing from the start offset"
+        );
+        next_offset = cfg.start_offset;
+    }
     let last_generation = match segments.iter().rev().find(|s| !s.is_empty()) {
         Some(s) => last_batch_generation(s, cfg)?,
         None => -1,

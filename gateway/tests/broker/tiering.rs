@@ -676,3 +676,37 @@ async fn total_retention_deletes_the_oldest_objects() {
     let events = subscribe_all(&client, StartAt::Earliest, N, "after retention").await;
     assert_records(&events, earliest, "after retention");
 }
+
+/// A broker whose local stream data is gone (a replaced instance's empty NVMe) continues the
+/// shard's offsets after the uploaded history instead of handing them out again, and a
+/// replay from offset 0 reads the old records from the object store, then the new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_local_volume_continues_offsets_after_the_uploaded_history() {
+    const N: u64 = 800;
+    const MORE: u64 = 100;
+    let env = Tiering::new("wiped").await;
+    let mut broker = Broker::start(env.options()).await;
+    let client = broker.client().await;
+    tiered_stream(&client, StreamConfig::default()).await;
+    publish(&client, 0, N).await;
+    // The idle segment seals after a second: then everything is in the object store.
+    wait_for_shard(&client, "all uploaded", |s| s.uploaded_end == N).await;
+    drop(client);
+    broker.kill();
+    std::fs::remove_dir_all(broker.data_dir().join("streams")).expect("wipe the shard logs");
+    broker.restart().await;
+    let client = broker.client().await;
+    let info = client
+        .describe_stream(TENANT, NS, STREAM)
+        .await
+        .expect("describe");
+    assert_eq!(info.shards[0].next_offset, N, "the shard continues at {N}");
+    assert_eq!(info.shards[0].first_offset, 0, "history is still readable");
+    publish(&client, N, N + MORE).await;
+    let events = subscribe_all(&client, StartAt::Earliest, N + MORE, "after the wipe").await;
+    assert_records(
+        &events,
+        0,
+        "uploaded history, then the records published after the wipe",
+    );
+}
