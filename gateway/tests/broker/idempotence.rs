@@ -161,7 +161,10 @@ async fn producer_state_outlives_the_segments_it_was_built_from() {
     // The local copy starts after the removed segment (the shard's earliest offset may
     // still be 0: the uploader may have put that segment in the object store first).
     assert_eq!(
-        (after.shards[0].hot_first_offset, after.shards[0].next_offset),
+        (
+            after.shards[0].hot_first_offset,
+            after.shards[0].next_offset
+        ),
         (1, 3),
         "the first segment is gone and nothing was appended"
     );
