@@ -14,7 +14,7 @@ output "quic_addresses" {
 }
 
 output "kafka_bootstrap_servers" {
-  description = "Kafka bootstrap.servers (no listener until issue 7)."
+  description = "Kafka bootstrap.servers (give a client the first entry only until replication exists)."
   value       = module.felix.kafka_bootstrap_servers
 }
 

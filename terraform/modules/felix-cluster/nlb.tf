@@ -1,6 +1,6 @@
 # Optional network load balancer: one address for QUIC (UDP) and Kafka (TCP) bootstrap.
 # Targets are health-checked with GET /healthz on the admin port (200 once the broker is
-# ready), the one signal felix already serves; the Kafka port has no listener until issue 7.
+# ready), the one signal felix already serves for every listener.
 # Client addresses are preserved, so the broker security group's client CIDRs still apply.
 
 locals {

@@ -21,7 +21,7 @@ output "quic_addresses" {
 }
 
 output "kafka_bootstrap_servers" {
-  description = "Kafka bootstrap.servers over the brokers' private addresses (no listener until issue 7)."
+  description = "Kafka bootstrap.servers over the brokers' private addresses (give a client the first entry only until replication exists; see docs/operations.md)."
   value       = join(",", [for b in local.brokers : "${b.private_ip}:${var.kafka_port}"])
 }
 

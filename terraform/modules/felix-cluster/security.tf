@@ -31,7 +31,7 @@ resource "aws_vpc_security_group_ingress_rule" "kafka" {
   for_each = toset(var.client_cidrs)
 
   security_group_id = aws_security_group.broker.id
-  description       = "Kafka clients (listener arrives with issue 7)"
+  description       = "Kafka clients"
   ip_protocol       = "tcp"
   from_port         = var.kafka_port
   to_port           = var.kafka_port

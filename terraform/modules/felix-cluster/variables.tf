@@ -219,7 +219,7 @@ variable "quic_port" {
 variable "kafka_port" {
   type        = number
   default     = 9092
-  description = "TCP port reserved for the Kafka listener. Opened in the security group and the load balancer; the broker does not listen on it until the Kafka listener (issue 7) exists."
+  description = "TCP port of the Kafka listener (kafka_addr). Opened in the security group and the load balancer."
 
   validation {
     condition     = var.kafka_port >= 1024 && var.kafka_port <= 65535
