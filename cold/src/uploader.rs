@@ -153,7 +153,8 @@ impl Uploader {
             if !(self.enabled)() {
                 self.observer.backlog(&self.shard, 0, 0);
                 tokio::select! {
-                    _ = stop.changed() => {}
+                    // A dropped sender (the shard is gone) stops the uploader too.
+                    r = stop.changed() => if r.is_err() { return },
                     _ = tokio::time::sleep(self.config.poll) => {}
                 }
                 continue;
@@ -174,7 +175,8 @@ impl Uploader {
                 }
             };
             tokio::select! {
-                _ = stop.changed() => {}
+                // A dropped sender (the shard is gone) stops the uploader too.
+                r = stop.changed() => if r.is_err() { return },
                 r = sealed.recv() => match r {
                     Ok(seg) => { self.sealed_at.insert(seg.last_offset, Instant::now()); }
                     Err(broadcast::error::RecvError::Lagged(_)) => {}

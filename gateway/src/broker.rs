@@ -967,6 +967,7 @@ impl Broker {
         };
         for s in &removed {
             s.closed.store(true, Ordering::Release);
+            let _ = s.stop_tasks.send(true);
             s.fanout.inner.lock().subscribers.clear();
         }
         drop(removed);

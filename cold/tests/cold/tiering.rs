@@ -1121,3 +1121,24 @@ async fn nothing_at_or_above_the_upload_limit_is_uploaded() {
         "the active segment is never uploaded"
     );
 }
+
+/// An uploader stops when its stop signal's sender is dropped (the shard was closed, e.g.
+/// its stream deleted), whether the stream is tiered or not, instead of looping on a
+/// closed channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uploader_stops_when_its_shard_goes_away() {
+    let rig = Rig::start(Options::default()).await;
+    for enabled in [true, false] {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let uploader = rig.uploader().with_enabled(Arc::new(move || enabled));
+        let task = tokio::spawn(uploader.run(stop_rx));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(stop_tx);
+        tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("uploader (tiering {enabled}) still running after its stop sender went away")
+            })
+            .expect("uploader task");
+    }
+}
