@@ -8,9 +8,13 @@
 //!   a 1- or 3-node Raft group on loopback.
 //! * `pubsub` — a running broker end to end: publishers and fan-out subscribers of one
 //!   durable shard, throughput plus publish-ack and delivery latency.
+//! * `catchup` — a running broker with tiered storage: replay speed from offset 0 with the
+//!   stream hot, cold behind an empty cache and cold behind a warm cache; publish latency
+//!   beside a cold reader; upload lag (one phase per run, for `bench/catchup.sh`).
 //! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
 //!   `bench/pubsub-vs-nats.sh`.
 
+mod catchup_scenario;
 mod log_scenario;
 mod meta_scenario;
 #[cfg(feature = "nats")]
@@ -39,6 +43,9 @@ enum Scenario {
     /// Publish to and subscribe from a running broker: one durable shard, P publishers,
     /// F subscribers from `latest`.
     Pubsub(pubsub_scenario::PubsubArgs),
+    /// Replay a tiered stream from offset 0 (hot, cold with an empty cache, cold with a warm
+    /// cache), publish beside a cold reader, measure upload lag: one phase per run.
+    Catchup(catchup_scenario::CatchupArgs),
     /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
     #[cfg(feature = "nats")]
     NatsPubsub(nats_scenario::NatsArgs),
@@ -50,6 +57,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Log(args) => log_scenario::run(args),
         Scenario::Meta(args) => meta_scenario::run(args),
         Scenario::Pubsub(args) => pubsub_scenario::run(args),
+        Scenario::Catchup(args) => catchup_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
     }
