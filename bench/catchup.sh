@@ -103,6 +103,10 @@ cleanup() {
     wait "$pid" 2>/dev/null || true
   done
   rm -f "${WEED_SOCKETS[@]}"
+  if [ "$REPORT_ONLY" != 1 ] && [ "${COPIED:-0}" != 1 ] && [ -s "${OUT:-}" ]; then
+    cp "$OUT" "$RESULTS.jsonl"
+    echo "the run stopped early: its lines so far are in $RESULTS.jsonl" >&2
+  fi
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -246,8 +250,9 @@ phase() {
   f1=$(cpu_ticks "$FELIX_PID") w1=$(cpu_ticks "$WEED_PID") b1=$(busy_ticks) t1=$(date +%s.%N)
   load1=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)
   # Blocks in use, not apparent sizes: the cache's disk tier is a sparse file of its full size.
-  disk=$(du -s -B1 "$TMP" 2>/dev/null | cut -f1)
-  cache=$(du -s -B1 "$TMP/$store/cache" 2>/dev/null | cut -f1)
+  disk=$(du -s -B1 "$TMP" 2>/dev/null | cut -f1 || true)
+  # No cache dir at all with --cache-disk-bytes 0.
+  cache=$(du -s -B1 "$TMP/$store/cache" 2>/dev/null | cut -f1 || true)
   LINE=$(echo "$LINE" | sed "s/^{/{\"object_store\":\"$store\",\"loadavg_before\":[$load0],\"loadavg_after\":[$load1],\"felix_cpu_seconds\":$(secs "$f1" "$f0"),\"weed_cpu_seconds\":$(secs "$w1" "$w0"),\"machine_busy_cpu_seconds\":$(secs "$b1" "$b0"),\"wall_seconds\":$(awk -v a="$t1" -v b="$t0" 'BEGIN { printf "%.2f", a - b }'),\"tmp_disk_bytes\":${disk:-0},\"cache_dir_bytes\":${cache:-0},\"cache_disk_setting\":$CUR_CACHE_DISK,/")
   echo "$LINE" >>"$OUT"
   echo "  $(echo "$LINE" | cut -c1-400)" >&2
@@ -393,6 +398,7 @@ for store in $STORES; do
 done
 TOTAL_SECS=${TOTAL_SECS:-$(($(date +%s) - START))}
 [ "$REPORT_ONLY" = 1 ] || cp "$OUT" "$RESULTS.jsonl"
+COPIED=1
 
 # ---- the report ----
 COMMAND="bench/catchup.sh"
@@ -470,6 +476,26 @@ print("* The stream: durable, 1 shard, tiered, 64 MiB segments, records of 1 KiB
       "batch bytes (payload plus batch and record framing, from the log size at load time), over the wall time from the "
       "subscribe call to the last record. GETs and bytes fetched are deltas of the broker's `/metrics` around the replay.\n")
 
+print("## Targets\n")
+print("| target | " + " | ".join(store_name[s].split(" (")[0] for s in stores) + " |")
+print("|---|" + "---|" * len(stores))
+def cell(s, label, target):
+    h, r = one(s, "replay", "hot"), one(s, "replay", label)
+    if not (h and r):
+        return "n/a"
+    x = r["replay"]["payload_mb_per_sec"] / h["replay"]["payload_mb_per_sec"]
+    return f"{x:.2f}× hot: {ok(x >= target)}"
+print("| cold, empty cache ≥ 0.7× hot MB/s | " + " | ".join(cell(s, "cold-empty", 0.7) for s in stores) + " |")
+print("| cold, warm cache ≥ 0.95× hot MB/s | " + " | ".join(cell(s, "cold-warm", 0.95) for s in stores) + " |")
+def pcell(s, run, base):
+    r, b = one(s, "publish-latency", run), one(s, "publish-latency", base)
+    if not (r and b):
+        return "n/a"
+    x = r["publish"]["ack_p99_us"] / b["publish"]["ack_p99_us"]
+    return f"{x:.2f}×: {ok(x <= 1.5)}"
+print("| publish p99 with a cold reader (empty cache) ≤ 1.5× alone | " + " | ".join(pcell(s, "cold-reader-empty-cache", "alone-1") for s in stores) + " |")
+print("| publish p99 with a cold reader (warmer cache) ≤ 1.5× alone | " + " | ".join(pcell(s, "cold-reader-warm-cache", "alone-2") for s in stores) + " |")
+print()
 print("## Replay from offset 0\n")
 print("*Cores busy* is the CPU the broker, SeaweedFS and the load generator used together over the replay's wall time "
       "(this machine has 2): near 2 means the replay is CPU-bound here. *Cache dir* is the disk the cache directory "
@@ -479,10 +505,11 @@ def cores(r):
 def replay_row(r, hot, target):
     rp = r["replay"]
     x = rp["payload_mb_per_sec"] / hot["replay"]["payload_mb_per_sec"] if hot else None
-    tgt = "" if target is None else f"≥ {target}× hot: {ok(x >= target)}"
+    tgt = "" if target is None or x is None else f"≥ {target}× hot: {ok(x >= target)}"
+    xs = "n/a" if x is None else f"{x:.2f}×"
     cache = (f"{r['cache_dir_bytes'] / 2**30:.2f} of {r['cache_disk_setting'] / 2**30:.0f} GiB"
              if "cache_dir_bytes" in r else "n/a")
-    return (f"| {r['label']} | {rp['payload_mb_per_sec']:.0f} ({rp['payload_mb_per_sec'] * ratio:.0f}) | {x:.2f}× | {tgt} "
+    return (f"| {r['label']} | {rp['payload_mb_per_sec']:.0f} ({rp['payload_mb_per_sec'] * ratio:.0f}) | {xs} | {tgt} "
             f"| {rp['first_record_ms']:.0f} | {r['store']['get_requests']:,} | {r['gets_per_mb']:.3f} "
             f"| {r['fetched_per_delivered']:.3f} | {r['store']['cache_hits']:,} / {r['store']['cache_misses']:,} | {cache} "
             f"| {r['felix_cpu_seconds']:.1f} / {r['weed_cpu_seconds']:.1f} / {r['bench_cpu_seconds']:.1f} "
@@ -583,6 +610,8 @@ if prof:
 # ---- what the figures say (numbers from this run's lines) ----
 def rr(s, label):
     return one(s, "replay", label)
+def busy(r):
+    return r["machine_busy_cpu_seconds"] / (r["wall_seconds"] * ncpu)
 def per_gib(r, key):
     return r[key] / (r["replay"]["payload_bytes"] / 2**30)
 print("## What the figures say\n")
@@ -592,25 +621,29 @@ for s in stores:
     if not (h and e and w):
         continue
     obs.append(
-        f"**{s}: the cold replays are CPU-bound on this 2-core machine.** Per GiB replayed the broker spent "
-        f"{per_gib(h, 'felix_cpu_seconds'):.1f} CPU s hot, {per_gib(e, 'felix_cpu_seconds'):.1f} cold-empty and "
-        f"{per_gib(w, 'felix_cpu_seconds'):.1f} cold-warm"
+        f"**{s}: a cold GiB costs the broker {per_gib(e, 'felix_cpu_seconds') / per_gib(h, 'felix_cpu_seconds'):.1f}× "
+        f"the CPU of a hot one.** Per GiB replayed the broker spent {per_gib(h, 'felix_cpu_seconds'):.1f} CPU s hot, "
+        f"{per_gib(e, 'felix_cpu_seconds'):.1f} cold-empty and {per_gib(w, 'felix_cpu_seconds'):.1f} cold-warm"
         + (f" (SeaweedFS another {per_gib(e, 'weed_cpu_seconds'):.1f} cold-empty)" if e["weed_cpu_seconds"] > 0.5 else "")
         + f"; the load generator needed {per_gib(h, 'bench_cpu_seconds'):.1f}–{per_gib(e, 'bench_cpu_seconds'):.1f} s in every case. "
-        f"Together they kept {cores(e):.2f} of 2 cores busy cold-empty, against {cores(h):.2f} hot, so the cold cases run "
-        f"at the speed the CPU allows: {e['replay']['payload_mb_per_sec']:.0f} and {w['replay']['payload_mb_per_sec']:.0f} MB/s "
-        f"against {h['replay']['payload_mb_per_sec']:.0f} MB/s hot."
+        f"The whole machine (2 cores, other work included) was {busy(e):.0%} busy during the cold-empty replay and "
+        f"{busy(w):.0%} during the cold-warm one, so those replays ran as fast as the CPU left to them allowed: "
+        f"{e['replay']['payload_mb_per_sec']:.0f} and {w['replay']['payload_mb_per_sec']:.0f} MB/s against "
+        f"{h['replay']['payload_mb_per_sec']:.0f} MB/s hot (machine {busy(h):.0%} busy)."
         + ("" if s != stores[0] else
-           f" The hot replay is not CPU-bound ({cores(h):.2f} cores): each subscription reads at most 1 MiB of history, "
-           "sends it, then reads again, and context switches are a large share of both processes' samples (profile below)."))
+           " The hot replay used fewer cores than the cold ones: each subscription reads at most 1 MiB of history, sends "
+           "it, then reads again, and context switches are a large share of both processes' samples (profile below)."))
     obs.append(
         f"**{s}: the warm cache was not warm.** The cold-warm replay made {w['store']['get_requests']} GETs against "
         f"{e['store']['get_requests']} for the empty cache: it refetched every row group and found only the "
         f"{e['store']['get_requests'] - w['store']['get_requests']} object footers (kept in a separate memory map). "
-        + (f"The cache dir held {e['cache_dir_bytes'] / 2**30:.2f} GiB after the empty replay for "
-           f"{one(s, 'load')['cold_bytes'] / 2**30:.2f} GiB of objects, about {e['cache_dir_bytes'] / one(s, 'load')['cold_bytes']:.1f}× "
-           f"the data, so a {e['cache_disk_setting'] / 2**30:.0f} GiB disk tier cannot hold this stream, and a sequential "
-           "re-read of data larger than a FIFO/LRU-evicted cache evicts each block just before it is needed again (no hits at all). "
+        + (f"The disk tier's file had {e['cache_dir_bytes'] / 2**30:.2f} GiB of its {e['cache_disk_setting'] / 2**30:.0f} GiB "
+           f"touched after the empty replay of {one(s, 'load')['cold_bytes'] / 2**30:.2f} GiB of objects"
+           + (f" (with twice the tier, the same replay touched {rr(s, 'cold-empty-2x-disk')['cache_dir_bytes'] / 2**30:.2f} GiB)"
+              if rr(s, "cold-empty-2x-disk") else "")
+           + ": the tier needs well over the data's size, so (we infer) it evicted the oldest row groups during the first pass, and a "
+           "sequential re-read of data larger than a FIFO-evicted cache evicts each block just before it is needed again "
+           "(no row-group hits at all). "
            if e.get("cache_dir_bytes") else "")
         + "Sizing `--cache-disk-bytes` at the data size is not enough.")
 for s in stores:
@@ -621,8 +654,9 @@ for s in stores:
             f"**{s}, twice the disk tier ({w2['cache_disk_setting'] / 2**30:.0f} GiB):** the warm replay made "
             f"{w2['store']['get_requests']} GETs ({w2['store']['get_requests'] / max(e2['store']['get_requests'], 1):.0%} of the empty one's), "
             f"the cache dir held {w2['cache_dir_bytes'] / 2**30:.2f} GiB, and the warm replay ran at "
-            f"{w2['replay']['payload_mb_per_sec']:.0f} MB/s ({w2['replay']['payload_mb_per_sec'] / rr(s, 'hot')['replay']['payload_mb_per_sec']:.2f}× hot) "
-            f"with the broker at {per_gib(w2, 'felix_cpu_seconds'):.1f} CPU s per GiB: even served from the local disk tier, a cold "
+            f"{w2['replay']['payload_mb_per_sec']:.0f} MB/s"
+            + (f" ({w2['replay']['payload_mb_per_sec'] / rr(s, 'hot')['replay']['payload_mb_per_sec']:.2f}× hot) " if rr(s, 'hot') else " ")
+            + f"with the broker at {per_gib(w2, 'felix_cpu_seconds'):.1f} CPU s per GiB: even served from the local disk tier, a cold "
             "read costs the broker several times a hot one (reading the disk tier, checksumming, decoding the row group, "
             "copying batches out of it).")
     if n0 and e:
@@ -675,21 +709,22 @@ print(f"""* **`felix_tier_upload_lag_seconds` misses the segments that waited.**
   observed. The histogram thus sees idle-time uploads and misses the backlog: its p99 is biased low exactly when lag
   matters. (Drain `sealed.try_recv()` before each upload, or carry the seal time in `SealedSegment`.) The upload watch
   above measures every segment from outside instead.
-* **The warm cache needs about twice the data's size on disk** (cache dir vs objects above), so a disk tier sized to the
-  data gets no hits on a sequential re-read. Whether the amplification is block packing (16 MiB blocks, ~4.2 MiB row
-  groups) or entries written more than once was not established.
+* **The disk tier takes 1.6–2× the data's size** (cache dir vs objects above; 2.1 GB for 1.08 GB of objects in a
+  separate check with a 4 GiB tier), so a disk tier sized to the data gets no row-group hits on a sequential re-read.
+  Whether the amplification is block packing (16 MiB blocks, ~4.2 MiB row groups) or entries written more than once
+  was not established. `--cache-disk-bytes` documentation should say to size it at twice the data to be re-read.
 * **Coalesced fetches are decoded once per waiter.** `ColdCache::row_group` calls `get_or_fetch` (which coalesces the
   GET) and then decodes in every caller; `read` re-spawns read-ahead for the next row groups on every 1 MiB read until
   they are decoded, so one row group can be decoded several times (the misses-per-GET ratio above suggests about
   three lookups per fetched row group). Cheap here (incompressible data; zstd and Parquet
   decoding are a few % of the broker's samples), but it is wasted work that grows with compressible data.
-* **`hot_retention_bytes: 0` meant "no limit" at the commit this ran against** (`limit()` in `gateway/src/broker.rs`,
-  as docs/protocol.md says), while `gateway/tests/broker/tiering.rs` uses it to keep nothing local; a limit of 1 byte
-  keeps the last sealed segment when the active one is empty (Kafka's rule). The benchmark uses `hot_retention_ms: 1`.
-  The working tree has an uncommitted change (`hot_limit()`: `0` keeps nothing, `u64::MAX` is unlimited) that
-  resolves this; docs/protocol.md still says `0` = no limit.
-* **The Kafka listener (uncommitted, in the working tree) defaults to the fixed port 9092**, so two brokers on one
-  machine collide unless `--kafka-addr` is given; this script passes a free port when the flag exists.
+* **`hot_retention_bytes: 0` meant "no limit" until `hot_limit()` (now in `gateway/src/broker.rs`: `0` keeps
+  nothing, `u64::MAX` is unlimited)**, while `gateway/tests/broker/tiering.rs` already used `0` to keep nothing; and a
+  limit of 1 byte keeps the last sealed segment when the active one is empty (Kafka's rule). The benchmark uses
+  `hot_retention_ms: 1`, which empties the local copy under either meaning.
+* **The Kafka listener defaults to the fixed port 127.0.0.1:9092**, so two brokers on one machine (two benchmark
+  scripts, or a benchmark beside a developer's broker) collide unless `--kafka-addr` is given; this script passes a
+  free port when the flag exists.
 """)
 peak = max(r["tmp_disk_bytes"] for r in rows)
 print(f"Peak disk use of the run's temp dir (measured after each phase): {gib(peak)}.\n")

@@ -675,10 +675,10 @@ struct MakeColdReport {
 async fn make_cold(b: &Bench) -> anyhow::Result<MakeColdReport> {
     let a = &b.args;
     // A hot retention of 1 ms: every sealed, uploaded segment goes at the next retention
-    // pass (the active segment never does, and it is empty). Not `hot_retention_bytes`:
-    // its `0` meant "no limit" at the commit this was written against, and a limit of one
-    // byte keeps the last sealed segment (Kafka's rule: delete only while what remains still
-    // holds the limit).
+    // pass (the active segment never does, and it is empty). Not `hot_retention_bytes`: its
+    // `0` meant "no limit" before `hot_limit` made it "keep nothing", and a limit of one byte
+    // keeps the last sealed segment (Kafka's rule: delete only while what remains still holds
+    // the limit). One millisecond means the same under either rule.
     b.alter(
         &a.stream,
         StreamConfig {
