@@ -51,6 +51,15 @@ impl ManifestState {
     }
 }
 
+/// Sealed local segments not yet covered by objects ending at `uploaded_end`: how many,
+/// and their bytes (the upload backlog).
+pub fn upload_backlog(log: &ShardLog, uploaded_end: u64) -> (u64, u64) {
+    log.sealed_segments()
+        .iter()
+        .filter(|s| s.last_offset >= uploaded_end)
+        .fold((0, 0), |(n, b), s| (n + 1, b + s.size_bytes))
+}
+
 #[derive(Debug, Default)]
 pub struct Manifest {
     state: RwLock<ManifestState>,

@@ -27,7 +27,7 @@ use tokio::sync::{broadcast, watch};
 use crate::error::ColdError;
 use crate::segment::{EncodeOptions, ObjectInfo, SegmentEncoder};
 use crate::store::TierStore;
-use crate::tiered::Manifest;
+use crate::tiered::{Manifest, upload_backlog};
 
 /// What the uploader reports, for metrics.
 pub trait TierObserver: Send + Sync {
@@ -188,13 +188,7 @@ impl Uploader {
     }
 
     fn report_backlog(&self) {
-        let end = self.manifest.uploaded_end();
-        let (n, bytes) = self
-            .log
-            .sealed_segments()
-            .iter()
-            .filter(|s| s.last_offset >= end)
-            .fold((0, 0), |(n, b), s| (n + 1, b + s.size_bytes));
+        let (n, bytes) = upload_backlog(&self.log, self.manifest.uploaded_end());
         self.observer.backlog(&self.shard, n, bytes);
     }
 

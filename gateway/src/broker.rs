@@ -31,7 +31,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use felix_cold::cache::{ColdCache, ObjectRef};
 use felix_cold::store::TierStore;
-use felix_cold::tiered::{Manifest, ManifestState, Tier, TieredShard};
+use felix_cold::tiered::{Manifest, ManifestState, Tier, TieredShard, upload_backlog};
 use felix_cold::uploader::{TierObserver, Uploader, UploaderConfig};
 use felix_cold::{ColdError, retention};
 use felix_hot::{LogConfig, LogError, ShardLog};
@@ -623,6 +623,16 @@ impl Broker {
         });
         tokio::spawn(open_durable_shards(Arc::downgrade(&broker)));
         Ok(broker)
+    }
+
+    /// Whether a publish with `ack` is answered after the write (else on enqueue, or not
+    /// at all for `AckMode::None`).
+    fn acks_after_write(&self, ack: AckMode) -> bool {
+        match ack {
+            AckMode::Commit => true,
+            AckMode::Batch => self.config.ack_on_commit,
+            AckMode::None => false,
+        }
     }
 
     /// The object store this broker tiers to.
@@ -1272,11 +1282,7 @@ impl Broker {
 
         // Backpressure: the tenant's own publish slots.
         let slots = self.queues.of(tenant);
-        let commit_ack = match ack {
-            AckMode::Commit => true,
-            AckMode::Batch => self.config.ack_on_commit,
-            AckMode::None => false,
-        };
+        let commit_ack = self.acks_after_write(ack);
         let permit = match slots.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
@@ -1383,11 +1389,7 @@ impl Broker {
             .map_or(u64::MAX, |d| d.0)
             .min(tickets.first().map_or(u64::MAX, |t| t.base_offset));
         let last = tickets.last().map_or(0, |t| t.last_offset);
-        let commit_ack = match ack {
-            AckMode::Commit => true,
-            AckMode::Batch => self.config.ack_on_commit,
-            AckMode::None => false,
-        };
+        let commit_ack = self.acks_after_write(ack);
         if commit_ack {
             for t in tickets {
                 t.committed().await.map_err(|e| log_error(&e))?;
@@ -1723,12 +1725,7 @@ fn stream_prefix(tenant: &str, namespace: &str, name: &str) -> String {
 fn shard_info(k: u32, tier: &TieredShard) -> ShardInfo {
     let m = tier.manifest.snapshot();
     let uploaded_end = m.uploaded_end();
-    let (backlog_n, backlog_bytes) = tier
-        .log
-        .sealed_segments()
-        .iter()
-        .filter(|s| s.last_offset >= uploaded_end)
-        .fold((0, 0), |(n, b), s| (n + 1, b + s.size_bytes));
+    let (backlog_n, backlog_bytes) = upload_backlog(&tier.log, uploaded_end);
     ShardInfo {
         shard: k,
         first_offset: tier.earliest_offset(),
@@ -1762,8 +1759,9 @@ fn segment_infos(k: u32, tier: &TieredShard) -> Vec<SegmentInfo> {
             local: e.last_offset >= hot_first,
         })
         .collect();
+    let sealed = tier.log.sealed_segments();
     let mut first_pending = true;
-    for s in tier.log.sealed_segments() {
+    for s in &sealed {
         if s.last_offset < uploaded_end {
             continue;
         }
@@ -1791,13 +1789,10 @@ fn segment_infos(k: u32, tier: &TieredShard) -> Vec<SegmentInfo> {
             last_offset: offsets.committed - 1,
             min_timestamp: 0,
             max_timestamp: 0,
-            size_bytes: tier.log.size_bytes().saturating_sub(
-                tier.log
-                    .sealed_segments()
-                    .iter()
-                    .map(|s| s.size_bytes)
-                    .sum(),
-            ),
+            size_bytes: tier
+                .log
+                .size_bytes()
+                .saturating_sub(sealed.iter().map(|s| s.size_bytes).sum()),
             tier: "hot".into(),
             object_key: None,
             local: true,
