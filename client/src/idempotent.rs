@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use felix_wire::Compression;
 use felix_wire::protocol::AckMode;
 use tokio::sync::Mutex;
 
@@ -16,6 +17,30 @@ use crate::{Client, ClientError};
 
 /// How often a publish whose outcome is unknown is re-sent before giving up.
 const RESENDS: usize = 3;
+
+/// Encodes `messages` as one batch of `producer` (id, epoch) whose first record has
+/// sequence `sequence`. A shard's sequences start at 0 and a batch of `n` records takes
+/// `n` of them ([`next_sequence`]).
+pub(crate) fn encode_sequenced(
+    messages: &[Message],
+    compression: Compression,
+    producer: (i64, i16),
+    sequence: i32,
+) -> Result<Bytes, ClientError> {
+    let indices: Vec<usize> = (0..messages.len()).collect();
+    encode_batch(
+        messages,
+        &indices,
+        compression,
+        now_ms(),
+        Some((producer.0, producer.1, sequence)),
+    )
+}
+
+/// The sequence after a batch of `records` that began at `sequence` (wrapping, as Kafka's).
+pub(crate) fn next_sequence(sequence: i32, records: usize) -> i32 {
+    sequence.wrapping_add(records as i32)
+}
 
 /// A producer whose publishes land at most once per sequence. Publishes to one shard
 /// through one producer are serialized (each batch takes the next sequence).
@@ -76,15 +101,8 @@ impl IdempotentProducer {
         let mut seqs = self.sequences.lock().await;
         let seq = seqs.entry(key).or_insert(0);
         let compression = self.client.lock().await.compression();
-        let indices: Vec<usize> = (0..messages.len()).collect();
-        let bytes = encode_batch(
-            messages,
-            &indices,
-            compression,
-            now_ms(),
-            Some((self.producer_id, self.epoch, *seq)),
-        )?;
-        *seq = seq.wrapping_add(messages.len() as i32);
+        let bytes = encode_sequenced(messages, compression, self.id(), *seq)?;
+        *seq = next_sequence(*seq, messages.len());
         Ok(bytes)
     }
 

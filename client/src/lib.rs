@@ -30,10 +30,20 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Against a cluster of brokers, a [`ClusterClient`] sends each shard's publishes and
+//! subscriptions to its leader and follows leadership as it moves (see docs/client.md).
+//!
 //! Modules: [`tls`] builds the QUIC TLS configuration; `request` is one request/response
 //! exchange; `publish` decides placement and encodes batches; `subscription` decodes events;
-//! `parse` reads `TENANT/NS/STREAM` paths and start positions.
+//! `parse` reads `TENANT/NS/STREAM` paths and start positions; `cluster` routes to shard
+//! leaders and decides what may be retried.
 
+// `ClientError::Broker` holds the broker's `ErrorBody` inline (~150 bytes since it names
+// the leader for `not_leader`). Errors are the rare path, and boxing it would change the
+// public variant every caller matches on.
+#![allow(clippy::result_large_err)]
+
+mod cluster;
 mod error;
 mod idempotent;
 mod parse;
@@ -52,6 +62,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use felix_wire::protocol::{DEFAULT_MAX_FRAME, PROTOCOL_VERSION, Request, Response};
 
+pub use cluster::{
+    BrokerRoute, ClusterClient, ClusterSubscription, IdempotentClusterProducer, ShardRoute,
+    Topology,
+};
 pub use error::ClientError;
 pub use felix_wire::Compression;
 pub use felix_wire::protocol::{
@@ -326,6 +340,13 @@ impl Client {
         self.inner.conn.remote_address()
     }
 
+    /// Whether the connection is closed (lost, or closed by [`Client::close`]): every
+    /// request on it would fail. A broker that vanished is noticed within the QUIC idle
+    /// timeout (6 s).
+    pub fn is_closed(&self) -> bool {
+        self.inner.conn.close_reason().is_some()
+    }
+
     /// Closes the connection, waiting briefly for the close to reach the broker. Requests
     /// still in flight on any clone fail with [`ClientError::Transport`].
     pub async fn close(&self) {
@@ -340,6 +361,22 @@ impl Client {
             Bytes::new(),
             self.inner.max_frame,
             self.inner.request_timeout,
+        )
+        .await
+    }
+
+    /// One request, saying on failure whether it was sent.
+    pub(crate) async fn call_tracked(
+        &self,
+        request: &Request,
+    ) -> Result<Response, request::Failed> {
+        request::call_tracked(
+            &self.inner.conn,
+            request,
+            Bytes::new(),
+            self.inner.max_frame,
+            self.inner.request_timeout,
+            true,
         )
         .await
     }
@@ -481,6 +518,34 @@ impl Client {
         {
             Response::Segments { segments } => Ok(segments),
             other => Err(unexpected("ListSegments", &other)),
+        }
+    }
+
+    /// Who leads each shard of a stream and the cluster's brokers, as this broker knows
+    /// them: the routing table of a [`ClusterClient`], which calls this for you.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: felix_client::Client) -> Result<(), felix_client::ClientError> {
+    /// let topology = client.topology("acme", "prod", "orders").await?;
+    /// for route in &topology.shards {
+    ///     println!("shard {} led by {:?} at {:?}", route.shard, route.leader, route.leader_addr);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn topology(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+    ) -> Result<Topology, ClientError> {
+        let request = Request::Topology {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            stream: stream.to_owned(),
+        };
+        match self.call(request).await? {
+            Response::Topology { shards, brokers } => Ok(Topology::new(shards, brokers)),
+            other => Err(unexpected("Topology", &other)),
         }
     }
 
@@ -722,6 +787,22 @@ impl Client {
         batches: Bytes,
         ack: AckMode,
     ) -> Result<Option<Published>, ClientError> {
+        Ok(self
+            .publish_raw_tracked(tenant, namespace, stream, shard, batches, ack)
+            .await?)
+    }
+
+    /// [`Client::publish_raw`], saying on failure whether the request was sent (the cluster
+    /// client re-sends a refused publish, never an ambiguous one unless idempotent).
+    pub(crate) async fn publish_raw_tracked(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard: u32,
+        batches: Bytes,
+        ack: AckMode,
+    ) -> Result<Option<Published>, request::Failed> {
         let ack = match ack {
             AckMode::Batch if self.inner.ack_on_commit => AckMode::Commit,
             other => other,
@@ -733,16 +814,18 @@ impl Client {
             shard,
             ack,
         };
-        let (conn, max, timeout) = (
+        let acknowledged = ack != AckMode::None;
+        let response = request::call_tracked(
             &self.inner.conn,
+            &request,
+            batches,
             self.inner.max_frame,
             self.inner.request_timeout,
-        );
-        if ack == AckMode::None {
-            request::call_unacknowledged(conn, &request, batches, max, timeout).await?;
-            return Ok(None);
-        }
-        match request::call(conn, &request, batches, max, timeout).await? {
+            acknowledged,
+        )
+        .await?;
+        match response {
+            Response::Done {} if !acknowledged => Ok(None),
             Response::Published {
                 shard,
                 base_offset,
@@ -752,7 +835,10 @@ impl Client {
                 base_offset,
                 last_offset,
             })),
-            other => Err(unexpected("Publish", &other)),
+            other => Err(request::Failed {
+                error: unexpected("Publish", &other),
+                sent: true,
+            }),
         }
     }
 
@@ -868,10 +954,11 @@ fn request_name(request: &Request) -> &'static str {
         Request::Subscribe { .. } => "Subscribe",
         Request::ProducerInit {} => "ProducerInit",
         Request::ListSegments { .. } => "ListSegments",
+        Request::Topology { .. } => "Topology",
     }
 }
 
-fn unexpected(request: &str, response: &Response) -> ClientError {
+pub(crate) fn unexpected(request: &str, response: &Response) -> ClientError {
     ClientError::Protocol(format!("unexpected answer to {request}: {response:?}"))
 }
 

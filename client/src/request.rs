@@ -125,6 +125,64 @@ fn parse_response(frame: &Frame) -> Result<Response, ClientError> {
     }
 }
 
+/// A request that failed, and whether the whole frame was handed to QUIC before it did.
+/// One that was not (no stream could be opened, the frame could not be written) was
+/// certainly not acted on: the broker acts only on a whole frame. Once sent, a lost
+/// connection or a timeout leaves the outcome unknown.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub error: ClientError,
+    pub sent: bool,
+}
+
+impl From<Failed> for ClientError {
+    fn from(failed: Failed) -> ClientError {
+        failed.error
+    }
+}
+
+/// Sends `request` and reads its answer, all within `timeout`, saying on failure whether
+/// the request was sent. With `acknowledged: false` (`AckMode::None`) the broker answers
+/// `done` once it has taken the request (queued, not written) or an error, and a stream
+/// that ends without an answer also counts as taken (reads as `Done`). Either way this
+/// returns only once the broker has the whole request, so a caller that exits right after
+/// loses nothing in flight.
+pub(crate) async fn call_tracked(
+    conn: &quinn::Connection,
+    request: &Request,
+    body: Bytes,
+    max_frame: usize,
+    timeout: Duration,
+    acknowledged: bool,
+) -> Result<Response, Failed> {
+    let frame =
+        encode_request(request, body, max_frame).map_err(|error| Failed { error, sent: false })?;
+    let mut sent = false;
+    let result = tokio::time::timeout(timeout, async {
+        let mut open = open(conn, &frame).await?;
+        sent = true;
+        let answer = if acknowledged {
+            read_response(&mut open.recv, max_frame).await
+        } else {
+            match read_frame(&mut open.recv, max_frame).await? {
+                None => Ok(Response::Done {}),
+                Some(frame) => parse_response(&frame),
+            }
+        };
+        drop(open.send);
+        answer
+    })
+    .await;
+    match result {
+        Ok(Ok(response)) => Ok(response),
+        Ok(Err(error)) => Err(Failed { error, sent }),
+        Err(_) => Err(Failed {
+            error: ClientError::Timeout,
+            sent,
+        }),
+    }
+}
+
 /// Sends `request` and reads its one response, all within `timeout`.
 pub(crate) async fn call(
     conn: &quinn::Connection,
@@ -133,38 +191,5 @@ pub(crate) async fn call(
     max_frame: usize,
     timeout: Duration,
 ) -> Result<Response, ClientError> {
-    let frame = encode_request(request, body, max_frame)?;
-    tokio::time::timeout(timeout, async {
-        let mut open = open(conn, &frame).await?;
-        let response = read_response(&mut open.recv, max_frame).await;
-        drop(open.send);
-        response
-    })
-    .await
-    .map_err(|_| ClientError::Timeout)?
-}
-
-/// Sends a request that needs no acknowledgement (`AckMode::None`). The broker answers
-/// `done` once it has taken the request (queued, not written) or an error; a stream that
-/// ends without an answer also counts as taken. Either way this returns only once the
-/// broker has the whole request, so a caller that exits right after loses nothing in flight.
-pub(crate) async fn call_unacknowledged(
-    conn: &quinn::Connection,
-    request: &Request,
-    body: Bytes,
-    max_frame: usize,
-    timeout: Duration,
-) -> Result<(), ClientError> {
-    let frame = encode_request(request, body, max_frame)?;
-    tokio::time::timeout(timeout, async {
-        let mut open = open(conn, &frame).await?;
-        let answer = read_frame(&mut open.recv, max_frame).await?;
-        drop(open.send);
-        match answer {
-            None => Ok(()),
-            Some(frame) => parse_response(&frame).map(|_| ()),
-        }
-    })
-    .await
-    .map_err(|_| ClientError::Timeout)?
+    Ok(call_tracked(conn, request, body, max_frame, timeout, true).await?)
 }

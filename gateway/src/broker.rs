@@ -42,7 +42,8 @@ use felix_meta::state_machine::Registry;
 use felix_meta::{Applied, MetaError, MetaHandle};
 use felix_wire::batch::stamp_base_offset;
 use felix_wire::protocol::{
-    AckMode, ErrorBody, SegmentInfo, ShardInfo, StartAt, StreamConfig, StreamInfo, codes,
+    AckMode, BrokerRoute, ErrorBody, SegmentInfo, ShardInfo, ShardRoute, StartAt, StreamConfig,
+    StreamInfo, codes,
 };
 use felix_wire::{BatchHeader, BatchIter};
 use parking_lot::Mutex;
@@ -52,6 +53,7 @@ use tracing::{info, warn};
 use crate::config::BrokerConfig;
 use crate::metrics::{Metrics, TenantAction, TenantReason};
 use crate::producers::{ProducerTable, SeqCheck};
+use crate::replication::{Lease, ReplState, Role};
 
 fn err(code: u16, reason: &str, message: impl Into<String>) -> ErrorBody {
     ErrorBody::new(code, reason, message)
@@ -75,6 +77,9 @@ pub fn command_error(e: &CommandError) -> ErrorBody {
         }
         CommandError::NotEmpty { .. } => err(codes::NOT_EMPTY, "not_empty", e.to_string()),
         CommandError::Invalid(_) => err(codes::INVALID_ARGUMENT, "invalid_argument", e.to_string()),
+        CommandError::StaleGeneration { .. } => {
+            err(codes::SHARD_UNAVAILABLE, "fenced", e.to_string()).retry_after(200)
+        }
     }
 }
 
@@ -283,7 +288,9 @@ impl Fanout {
 pub struct Shard {
     pub key: ShardKey,
     /// `None` for an ephemeral shard.
-    log: Option<ShardLog>,
+    pub(crate) log: Option<ShardLog>,
+    /// Role, read bound and followers' progress (durable shards of a cluster).
+    pub(crate) repl: Option<Arc<ReplState>>,
     fanout: Arc<Fanout>,
     /// Ephemeral shards number batches themselves.
     ephemeral_next: AtomicU64,
@@ -292,11 +299,58 @@ pub struct Shard {
     /// enqueue of a publish, so two re-sends of one batch cannot both be appended.
     producers: tokio::sync::Mutex<ProducerTable>,
     /// Both tiers behind one read path (durable shards).
-    tier: Option<Arc<TieredShard>>,
+    pub(crate) tier: Option<Arc<TieredShard>>,
     /// Stops the shard's upload and retention tasks when set or dropped.
     stop_tasks: watch::Sender<bool>,
     /// Asks the retention task for a pass now.
     retention_now: Arc<tokio::sync::Notify>,
+}
+
+impl Shard {
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Ends every live subscriber (their subscriptions then end with the shard's state as
+    /// the reason: moved, fenced, closed).
+    pub(crate) fn end_subscribers(&self) {
+        self.fanout.inner.lock().subscribers.clear();
+    }
+
+    /// Restarts live delivery at `offset` (after the log was cut there).
+    pub(crate) fn reset_fanout(&self, offset: u64) {
+        let mut inner = self.fanout.inner.lock();
+        inner.subscribers.clear();
+        inner.cursor = offset;
+    }
+
+    /// Rebuilds what was derived from records that a cut removed: idempotent producers'
+    /// sequences.
+    pub(crate) async fn reset_after_truncation(&self) -> Result<(), String> {
+        let Some(log) = &self.log else { return Ok(()) };
+        let table = ProducerTable::rebuild(log).map_err(|e| e.to_string())?;
+        *self.producers.lock().await = table;
+        Ok(())
+    }
+
+    /// The end of what readers may see: the quorum mark on a Quorum shard of a cluster,
+    /// else the log's committed end.
+    pub(crate) fn visible_end(&self) -> u64 {
+        match (&self.repl, &self.log) {
+            (Some(r), _) => *r.visible.borrow(),
+            (None, Some(log)) => log.committed_offset(),
+            (None, None) => self.ephemeral_next.load(Ordering::Acquire),
+        }
+    }
+
+    /// Changes whenever [`Shard::visible_end`] may have moved.
+    pub(crate) fn watch_visible(&self) -> Option<watch::Receiver<u64>> {
+        match (&self.repl, &self.log) {
+            (Some(r), _) => Some(r.visible.subscribe()),
+            (None, Some(log)) => Some(log.watch_committed()),
+            (None, None) => None,
+        }
+    }
 }
 
 /// Per-tenant publish slots: each tenant gets `depth` of its own, so one tenant's flood
@@ -405,6 +459,9 @@ impl Subscription {
                     if shard.closed.load(Ordering::Acquire) {
                         return SubEvent::Closed;
                     }
+                    if let Some(end) = not_leading(shard) {
+                        return end;
+                    }
                     if let Some(q) = queue {
                         return match q.recv().await {
                             // Joined the fanout below the start offset: skip what lies
@@ -414,7 +471,7 @@ impl Subscription {
                             Some(Delivery::Lagged { resume_offset }) => {
                                 SubEvent::Lagged { resume_offset }
                             }
-                            None => SubEvent::Closed,
+                            None => not_leading(shard).unwrap_or(SubEvent::Closed),
                         };
                     }
                     let tier = shard.tier.as_ref().expect("durable shard has tiers");
@@ -462,6 +519,29 @@ impl Subscription {
             }
         }
     }
+}
+
+/// How a subscription of a cluster's shard ends once this broker no longer leads it.
+fn not_leading(shard: &Shard) -> Option<SubEvent> {
+    let repl = shard.repl.as_ref()?;
+    let role = repl.role.borrow().clone();
+    let (code, reason) = match role {
+        Role::Leader { .. } => return None,
+        Role::Fenced { .. } => (codes::SHARD_UNAVAILABLE, "fenced"),
+        Role::Unavailable { .. } => (codes::SHARD_UNAVAILABLE, "leader_unavailable"),
+        Role::Follower { .. } | Role::Unplaced => (codes::NOT_LEADER, "not_leader"),
+    };
+    Some(SubEvent::Failed(
+        err(
+            code,
+            reason,
+            format!(
+                "shard {}: this broker no longer leads it; resume on the leader",
+                shard.key
+            ),
+        )
+        .retry_after(200),
+    ))
 }
 
 impl Drop for Subscription {
@@ -519,6 +599,11 @@ pub struct Broker {
     /// stream of the same name cannot be created until that is done, or the deletion
     /// could remove the new stream's objects.
     deleting: Arc<Mutex<BTreeSet<String>>>,
+    /// Part of a cluster: shards have leaders and replicas (else this node leads all).
+    cluster: bool,
+    /// This broker, for tasks it starts from `&self`.
+    self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
+    lease: Arc<Lease>,
 }
 
 fn settings_to_config(s: &StreamSettings) -> StreamConfig {
@@ -620,7 +705,22 @@ impl Broker {
             cold_cache,
             tier_observer,
             deleting: Arc::new(Mutex::new(BTreeSet::new())),
+            cluster: config.cluster.len() > 1,
+            self_ref: std::sync::OnceLock::new(),
+            lease: Arc::new(Lease::default()),
         });
+        let _ = broker.self_ref.set(Arc::downgrade(&broker));
+        // A single node renews too, so the control plane's view of it stays alive.
+        let every = Duration::from_millis((config.lease_ms / 4).max(50));
+        tokio::spawn(crate::replication::keep_lease(
+            broker.meta.clone(),
+            config.node_id,
+            broker.lease.clone(),
+            every,
+        ));
+        if broker.cluster {
+            tokio::spawn(watch_placements(Arc::downgrade(&broker)));
+        }
         tokio::spawn(open_durable_shards(Arc::downgrade(&broker)));
         Ok(broker)
     }
@@ -689,7 +789,13 @@ impl Broker {
     }
 
     async fn propose(&self, cmd: Command) -> Result<Applied, ErrorBody> {
-        self.meta.propose(cmd).await.map_err(meta_error)
+        let applied = self.meta.propose(cmd).await.map_err(meta_error)?;
+        if self.cluster {
+            // Proposed through the control plane's leader: wait until this node has applied
+            // it too, so the answer (and the client's next request here) sees the change.
+            self.meta.read(|_| ()).await.map_err(meta_error)?;
+        }
+        Ok(applied)
     }
 
     pub async fn create_tenant(&self, name: &str) -> Result<(), ErrorBody> {
@@ -890,10 +996,31 @@ impl Broker {
         let (_, settings) = self.stream_settings(tenant, namespace, name)?;
         if settings.durability == Durability::Durable {
             for k in 0..settings.shards {
-                self.shard(tenant, namespace, name, k)?;
+                if self.holds_replica(tenant, namespace, name, k) {
+                    self.local_shard(tenant, namespace, name, k)?;
+                }
             }
         }
         Ok(())
+    }
+
+    /// Whether this broker keeps a copy of the shard: always on a single node; in a
+    /// cluster, when the shard's placement names it.
+    fn holds_replica(&self, tenant: &str, namespace: &str, name: &str, shard: u32) -> bool {
+        if !self.cluster {
+            return true;
+        }
+        let key = ShardKey {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            stream: name.to_owned(),
+            shard,
+        };
+        self.registry
+            .borrow()
+            .placements
+            .get(&key)
+            .is_some_and(|p| p.replicas.contains(&self.config.node_id))
     }
 
     /// A stream's segments and objects, per shard, oldest first.
@@ -907,7 +1034,10 @@ impl Broker {
         let (_, settings) = self.stream_settings(tenant, namespace, name)?;
         let mut out = Vec::new();
         for k in 0..settings.shards {
-            let (shard, _) = self.shard(tenant, namespace, name, k)?;
+            if !self.holds_replica(tenant, namespace, name, k) {
+                continue;
+            }
+            let (shard, _) = self.local_shard(tenant, namespace, name, k)?;
             if let Some(tier) = &shard.tier {
                 out.extend(segment_infos(k, tier));
             }
@@ -1040,7 +1170,91 @@ impl Broker {
     }
 
     /// The shard, opened on first use (recovering its log for a durable stream).
+    /// A shard this broker serves clients for: in a cluster, only a shard it leads.
     fn shard(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard: u32,
+    ) -> Result<(Arc<Shard>, StreamSettings), ErrorBody> {
+        let (s, settings) = self.local_shard(tenant, namespace, stream, shard)?;
+        self.check_leading(&s)?;
+        Ok((s, settings))
+    }
+
+    /// Refuses client operations on a shard this broker does not lead now.
+    fn check_leading(&self, shard: &Shard) -> Result<(), ErrorBody> {
+        let Some(repl) = &shard.repl else {
+            return Ok(());
+        };
+        let role = repl.role.borrow().clone();
+        match role {
+            Role::Leader { .. } => Ok(()),
+            Role::Fenced { .. } => Err(err(
+                codes::SHARD_UNAVAILABLE,
+                "fenced",
+                format!(
+                    "shard {}: this broker's lease lapsed, so another broker may lead the shard                      by now; it serves nothing until it knows",
+                    shard.key
+                ),
+            )
+            .retry_after(500)),
+            Role::Unavailable { why, .. } => Err(err(
+                codes::SHARD_UNAVAILABLE,
+                "leader_unavailable",
+                format!("shard {}: {why}", shard.key),
+            )
+            .retry_after(1000)),
+            Role::Follower { leader, .. } => Err(self.not_leader(&shard.key, Some(leader))),
+            Role::Unplaced => {
+                let leader = self
+                    .registry
+                    .borrow()
+                    .placements
+                    .get(&shard.key)
+                    .and_then(|p| p.leader);
+                Err(self.not_leader(&shard.key, leader.filter(|l| *l != self.config.node_id)))
+            }
+        }
+    }
+
+    /// `not_leader` naming the shard's leader, or `shard_unavailable` while it has none that
+    /// is alive.
+    fn not_leader(&self, key: &ShardKey, leader: Option<u64>) -> ErrorBody {
+        let reg = self.registry.borrow();
+        match leader.and_then(|l| reg.brokers.get(&l)) {
+            Some(b) if b.alive => {
+                let mut e = err(
+                    codes::NOT_LEADER,
+                    "not_leader",
+                    format!("broker {} leads shard {key}, not this one", b.id),
+                );
+                e.leader = Some(b.id);
+                e.leader_addr = Some(b.client_addr.clone());
+                e
+            }
+            Some(b) => err(
+                codes::SHARD_UNAVAILABLE,
+                "leader_unavailable",
+                format!(
+                    "shard {key}: its leader, broker {}, is down; the shard waits for it (a \
+                     Leader stream) or for a replica to be promoted (a Quorum stream)",
+                    b.id
+                ),
+            )
+            .retry_after(500),
+            None => err(
+                codes::SHARD_UNAVAILABLE,
+                "no_leader",
+                format!("shard {key} has no leader yet"),
+            )
+            .retry_after(200),
+        }
+    }
+
+    /// A shard's local state, opened on first use, whatever this broker's role for it.
+    pub(crate) fn local_shard(
         &self,
         tenant: &str,
         namespace: &str,
@@ -1071,9 +1285,10 @@ impl Broker {
         let fanout = Arc::new(Fanout::default());
         let closed = Arc::new(AtomicBool::new(false));
         let mut producers = ProducerTable::default();
-        // This broker is the only writer of its shards' manifests (one node leads every
-        // shard), so its applied state is current; the uploader re-reads the control plane
-        // before each upload anyway.
+        let repl = (self.cluster && settings.durability == Durability::Durable)
+            .then(|| Arc::new(ReplState::new(0)));
+        // The uploader re-reads the control plane before each upload, and a new leader
+        // refreshes this copy (`refresh_manifest`).
         let manifest_state = self.meta.local(|s| ManifestState {
             objects: s.manifests.get(&key).cloned().unwrap_or_default(),
             floor: s.manifest_floors.get(&key).copied().unwrap_or(0),
@@ -1101,11 +1316,16 @@ impl Broker {
                 },
             )
             .map_err(|e| log_error(&e))?;
-            fanout.inner.lock().cursor = log.committed_offset();
+            let visible = match &repl {
+                Some(r) => r.visible.subscribe(),
+                None => log.watch_committed(),
+            };
+            fanout.inner.lock().cursor = *visible.borrow();
             producers = ProducerTable::rebuild(&log).map_err(|e| log_error(&e))?;
             tokio::spawn(snapshot_producers_at_seal(log.clone(), closed.clone()));
             tokio::spawn(follow_log(
                 log.clone(),
+                visible,
                 fanout.clone(),
                 closed.clone(),
                 self.metrics.clone(),
@@ -1126,12 +1346,13 @@ impl Broker {
                 manifest.clone(),
                 Some(self.cold_cache.clone()),
             ));
-            self.spawn_shard_tasks(&tier, stop_rx, retention_now.clone());
+            self.spawn_shard_tasks(&tier, repl.clone(), stop_rx, retention_now.clone());
             tier
         });
         let s = Arc::new(Shard {
             key: key.clone(),
             log,
+            repl: repl.clone(),
             fanout,
             ephemeral_next: AtomicU64::new(0),
             closed,
@@ -1140,7 +1361,14 @@ impl Broker {
             stop_tasks,
             retention_now,
         });
-        shards.insert(key, s.clone());
+        shards.insert(key.clone(), s.clone());
+        drop(shards);
+        if let Some(repl) = repl {
+            repl.placement
+                .send_replace(self.registry.borrow().placements.get(&key).cloned());
+            let me = self.self_ref.get().cloned().unwrap_or_default();
+            tokio::spawn(crate::replication::drive_shard(me, s.clone()));
+        }
         Ok((s, settings))
     }
 
@@ -1148,6 +1376,7 @@ impl Broker {
     fn spawn_shard_tasks(
         &self,
         tier: &Arc<TieredShard>,
+        repl: Option<Arc<ReplState>>,
         stop: watch::Receiver<bool>,
         retention_now: Arc<tokio::sync::Notify>,
     ) {
@@ -1182,10 +1411,26 @@ impl Broker {
             },
             self.tier_observer.clone(),
         )
-        .with_enabled(Arc::new(move || enabled().is_some_and(|s| s.tiered)));
+        .with_enabled({
+            let repl = repl.clone();
+            // In a cluster only the leader uploads, and only what readers may see (on a
+            // Quorum stream, what a majority holds), so a failover cannot cut it.
+            Arc::new(move || {
+                enabled().is_some_and(|s| s.tiered)
+                    && repl.as_ref().is_none_or(|r| r.leading().is_some())
+            })
+        });
+        let uploader = match &repl {
+            Some(r) => {
+                let visible = r.visible.subscribe();
+                uploader.with_limit(Arc::new(move || *visible.borrow()))
+            }
+            None => uploader,
+        };
         tokio::spawn(uploader.run(stop.clone()));
         tokio::spawn(run_retention(
             tier.clone(),
+            repl,
             self.meta.clone(),
             settings,
             Duration::from_millis(self.config.retention_check_ms),
@@ -1240,7 +1485,8 @@ impl Broker {
             )
             .retry_after(1000));
         }
-        let (shard, _) = self.shard(tenant, namespace, stream, shard_no)?;
+        let (shard, settings) = self.shard(tenant, namespace, stream, shard_no)?;
+        let quorum = settings.consistency == Consistency::Quorum;
         // Validate every batch before anything is written: a bad request changes nothing.
         let mut batches = Vec::new();
         let mut records = 0u64;
@@ -1324,7 +1570,10 @@ impl Broker {
         };
         let bytes_len = body.len() as u64;
         let result = match &shard.log {
-            Some(log) => self.publish_durable(&shard, log, batches, ack).await,
+            Some(log) => {
+                self.publish_durable(&shard, log, batches, ack, quorum)
+                    .await
+            }
             None => Ok(self.publish_ephemeral(&shard, batches)),
         };
         drop(permit);
@@ -1351,6 +1600,7 @@ impl Broker {
         log: &ShardLog,
         batches: Vec<(BatchHeader, Bytes)>,
         ack: AckMode,
+        quorum: bool,
     ) -> Result<(u64, u64), ErrorBody> {
         let mut tickets = Vec::with_capacity(batches.len());
         let mut duplicate_range: Option<(u64, u64)> = None;
@@ -1381,8 +1631,12 @@ impl Broker {
             // Every batch was already in the log: answer with where it landed. A duplicate
             // may still be on its way to disk, so wait for the log to commit past it.
             let (first, last) = duplicate_range.unwrap_or((0, 0));
-            let mut committed = log.watch_committed();
-            let _ = committed.wait_for(|c| *c > last).await;
+            if shard.repl.is_some() && ack != AckMode::None {
+                self.await_replicated(shard, last, quorum).await?;
+            } else {
+                let mut committed = log.watch_committed();
+                let _ = committed.wait_for(|c| *c > last).await;
+            }
             return Ok((first, last));
         }
         let first = duplicate_range
@@ -1406,7 +1660,59 @@ impl Broker {
                 }
             });
         }
+        if shard.repl.is_some() && ack != AckMode::None {
+            self.await_replicated(shard, last, quorum).await?;
+        }
         Ok((first, last))
+    }
+
+    /// In a cluster, before an acknowledgement goes out: on a Quorum stream, waits until the
+    /// quorum mark (recorded in the control plane) covers `last`, at most
+    /// `publish_quorum_timeout_ms`; on a Leader stream, re-checks the lease.
+    async fn await_replicated(
+        &self,
+        shard: &Shard,
+        last: u64,
+        quorum: bool,
+    ) -> Result<(), ErrorBody> {
+        let Some(repl) = &shard.repl else {
+            return Ok(());
+        };
+        if quorum {
+            let mut mark = repl.visible.subscribe();
+            let wait = Duration::from_millis(self.config.publish_quorum_timeout_ms);
+            return match tokio::time::timeout(wait, mark.wait_for(|m| *m > last)).await {
+                Ok(Ok(_)) => Ok(()),
+                _ => {
+                    self.metrics.quorum_timeouts.inc();
+                    Err(err(
+                        codes::QUORUM_TIMEOUT,
+                        "quorum_timeout",
+                        format!(
+                            "shard {}: no majority of replicas confirmed offset {last} within \
+                             {wait:?}; the record may or may not be stored (retry through an \
+                             idempotent producer)",
+                            shard.key
+                        ),
+                    )
+                    .retry_after(500))
+                }
+            };
+        }
+        if self.lease.holds() {
+            Ok(())
+        } else {
+            Err(err(
+                codes::SHARD_UNAVAILABLE,
+                "fenced",
+                format!(
+                    "shard {}: the write landed on this broker but its lease lapsed, so it \
+                     cannot vouch for it",
+                    shard.key
+                ),
+            )
+            .retry_after(500))
+        }
     }
 
     fn publish_ephemeral(&self, shard: &Shard, batches: Vec<(BatchHeader, Bytes)>) -> (u64, u64) {
@@ -1467,7 +1773,8 @@ impl Broker {
         // a publish that was just acknowledged, and a replay sent right after the ack must
         // find it. A start above the cursor joins live delivery at the cursor and skips
         // what lies below its start.
-        let live = log.committed_offset();
+        let _ = log;
+        let live = shard.visible_end();
         let tier = shard.tier.as_ref().expect("durable shard has tiers");
         let first = tier.earliest_offset();
         let start = match from {
@@ -1559,9 +1866,9 @@ impl Broker {
         namespace: &str,
         stream: &str,
         shard_no: u32,
-    ) -> Result<Arc<TieredShard>, ErrorBody> {
+    ) -> Result<(Arc<Shard>, Arc<TieredShard>), ErrorBody> {
         let (shard, _) = self.shard(tenant, namespace, stream, shard_no)?;
-        shard.tier.clone().ok_or_else(|| {
+        let tier = shard.tier.clone().ok_or_else(|| {
             err(
                 codes::INVALID_ARGUMENT,
                 "ephemeral_stream",
@@ -1570,13 +1877,8 @@ impl Broker {
                      by offset"
                 ),
             )
-        })
-    }
-
-    /// The end of what readers may see: the committed end of the log. (With replication,
-    /// a Quorum shard's quorum mark: pull readers are bounded here, in one place.)
-    fn read_bound(tier: &TieredShard) -> u64 {
-        tier.log.committed_offset()
+        })?;
+        Ok((shard, tier))
     }
 
     /// A durable shard's earliest readable offset (either tier) and its high watermark (the
@@ -1588,10 +1890,10 @@ impl Broker {
         stream: &str,
         shard_no: u32,
     ) -> Result<ShardBounds, ErrorBody> {
-        let tier = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
         Ok(ShardBounds {
             earliest: tier.earliest_offset(),
-            high_watermark: Self::read_bound(&tier),
+            high_watermark: shard.visible_end(),
         })
     }
 
@@ -1604,8 +1906,10 @@ impl Broker {
         stream: &str,
         shard_no: u32,
     ) -> Result<watch::Receiver<u64>, ErrorBody> {
-        let tier = self.durable_tier(tenant, namespace, stream, shard_no)?;
-        Ok(tier.log.watch_committed())
+        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        Ok(shard
+            .watch_visible()
+            .unwrap_or_else(|| tier.log.watch_committed()))
     }
 
     /// A pull read of one durable shard, as a Kafka fetch makes it: whole stored batches
@@ -1622,8 +1926,8 @@ impl Broker {
         offset: u64,
         max_bytes: usize,
     ) -> Result<ShardRead, ErrorBody> {
-        let tier = self.durable_tier(tenant, namespace, stream, shard_no)?;
-        let high_watermark = Self::read_bound(&tier);
+        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let high_watermark = shard.visible_end();
         let earliest = tier.earliest_offset();
         if offset < earliest {
             return Err(cold_error(&ColdError::TooOld {
@@ -1676,12 +1980,12 @@ impl Broker {
         shard_no: u32,
         timestamp_ms: i64,
     ) -> Result<Option<u64>, ErrorBody> {
-        let tier = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
         let found = tier
             .offset_for_time(timestamp_ms)
             .await
             .map_err(|e| cold_error(&e))?;
-        Ok(found.filter(|o| *o < Self::read_bound(&tier)))
+        Ok(found.filter(|o| *o < shard.visible_end()))
     }
 
     /// Allocates an idempotent producer id from the control plane.
@@ -1697,6 +2001,145 @@ impl Broker {
                 format!("unexpected answer {other:?}"),
             )),
         }
+    }
+
+    // --- cluster mode -------------------------------------------------------------------
+
+    /// This broker's shard-leader lease.
+    pub(crate) fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    pub(crate) fn meta(&self) -> &MetaHandle {
+        &self.meta
+    }
+
+    /// Whether this node is one broker of a cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// Whether the shard's stream is a Quorum stream now.
+    pub(crate) fn is_quorum(&self, key: &ShardKey) -> bool {
+        self.registry
+            .borrow()
+            .streams
+            .get(&felix_meta::model::stream_key(
+                &key.tenant,
+                &key.namespace,
+                &key.stream,
+            ))
+            .is_some_and(|s| s.settings.consistency == Consistency::Quorum)
+    }
+
+    /// Whether the applied placement still names this broker leader at `generation`.
+    pub(crate) fn is_leader_at(&self, key: &ShardKey, generation: u64) -> bool {
+        self.meta.local(|s| {
+            s.placements.get(key).is_some_and(|p| {
+                p.leader == Some(self.config.node_id) && p.generation == generation
+            })
+        })
+    }
+
+    /// A broker's internal address (replication, Raft).
+    pub(crate) fn internal_addr_of(&self, id: u64) -> Option<String> {
+        self.registry
+            .borrow()
+            .brokers
+            .get(&id)
+            .map(|b| b.internal_addr.clone())
+    }
+
+    /// A shard's local state by key, for the replication endpoint.
+    pub(crate) fn open_replica(&self, key: &ShardKey) -> Result<Arc<Shard>, ErrorBody> {
+        self.local_shard(&key.tenant, &key.namespace, &key.stream, key.shard)
+            .map(|(s, _)| s)
+    }
+
+    /// Reloads a shard's manifest from the control plane (a new leader's copy may be stale:
+    /// the previous leader recorded objects since this broker opened the shard).
+    pub(crate) async fn refresh_manifest(&self, shard: &Shard) {
+        let Some(tier) = &shard.tier else { return };
+        let state = self.meta.local(|s| ManifestState {
+            objects: s.manifests.get(&shard.key).cloned().unwrap_or_default(),
+            floor: s.manifest_floors.get(&shard.key).copied().unwrap_or(0),
+        });
+        tier.log.mark_uploaded_below(state.uploaded_end());
+        tier.manifest.replace(state);
+    }
+
+    /// Who leads each shard of a stream, and the cluster's brokers: a cluster client's
+    /// routing table. On a single node, this node leads every shard.
+    pub fn topology(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(Vec<ShardRoute>, Vec<BrokerRoute>), ErrorBody> {
+        let (_, settings) = self.stream_settings(tenant, namespace, name)?;
+        let reg = self.registry.borrow();
+        let me = self.config.node_id;
+        let my_addr = reg
+            .brokers
+            .get(&me)
+            .map(|b| b.client_addr.clone())
+            .unwrap_or_else(|| self.config.quic_addr.to_string());
+        let durable = settings.durability == Durability::Durable;
+        let shards = (0..settings.shards)
+            .map(|k| {
+                let key = ShardKey {
+                    tenant: tenant.to_owned(),
+                    namespace: namespace.to_owned(),
+                    stream: name.to_owned(),
+                    shard: k,
+                };
+                match reg.placements.get(&key) {
+                    Some(p) if self.cluster && durable => ShardRoute {
+                        shard: k,
+                        leader: p.leader,
+                        leader_addr: p
+                            .leader
+                            .and_then(|l| reg.brokers.get(&l))
+                            .map(|b| b.client_addr.clone()),
+                        generation: p.generation,
+                        replicas: p.replicas.clone(),
+                    },
+                    // Ephemeral streams (and every stream of a single node) are served by
+                    // the broker a client talks to.
+                    _ if !self.cluster || !durable => ShardRoute {
+                        shard: k,
+                        leader: Some(me),
+                        leader_addr: Some(my_addr.clone()),
+                        generation: 0,
+                        replicas: vec![me],
+                    },
+                    _ => ShardRoute {
+                        shard: k,
+                        leader: None,
+                        leader_addr: None,
+                        generation: 0,
+                        replicas: Vec::new(),
+                    },
+                }
+            })
+            .collect();
+        let mut brokers: Vec<BrokerRoute> = reg
+            .brokers
+            .values()
+            .map(|b| BrokerRoute {
+                id: b.id,
+                client_addr: b.client_addr.clone(),
+                alive: b.alive,
+            })
+            .collect();
+        if brokers.is_empty() {
+            brokers.push(BrokerRoute {
+                id: me,
+                client_addr: my_addr,
+                alive: true,
+            });
+        }
+        Ok((shards, brokers))
     }
 
     /// Stops accepting publishes, ends subscriptions and flushes every durable shard.
@@ -1852,9 +2295,61 @@ async fn open_durable_shards(broker: std::sync::Weak<Broker>) {
     }
 }
 
+/// Cluster mode: hands every placement that names this broker to its shard (opening the
+/// shard if needed), so each shard's driver takes the role the control plane gives it.
+async fn watch_placements(broker: std::sync::Weak<Broker>) {
+    let mut registry = match broker.upgrade() {
+        Some(b) => b.registry.clone(),
+        None => return,
+    };
+    loop {
+        let placements = registry.borrow_and_update().placements.clone();
+        {
+            let Some(b) = broker.upgrade() else { return };
+            if b.stopping.load(Ordering::Acquire) {
+                return;
+            }
+            let me = b.config.node_id;
+            for (key, p) in placements {
+                if !p.replicas.contains(&me) {
+                    // Not (or no longer) a replica: a shard still open here stops serving.
+                    if let Some(s) = b.shards.lock().get(&key).cloned()
+                        && let Some(r) = &s.repl
+                    {
+                        r.placement.send_if_modified(|old| {
+                            let changed = old.as_ref() != Some(&p);
+                            *old = Some(p.clone());
+                            changed
+                        });
+                    }
+                    continue;
+                }
+                match b.local_shard(&key.tenant, &key.namespace, &key.stream, key.shard) {
+                    Ok((s, _)) => {
+                        if let Some(r) = &s.repl {
+                            r.placement.send_if_modified(|old| {
+                                let changed = old.as_ref() != Some(&p);
+                                *old = Some(p.clone());
+                                changed
+                            });
+                        }
+                    }
+                    Err(e) => {
+                        warn!(shard = %key, error = %e.message, "cannot open a placed shard")
+                    }
+                }
+            }
+        }
+        if registry.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Applies a shard's retention settings every `every`, until stopped.
 async fn run_retention(
     tier: Arc<TieredShard>,
+    repl: Option<Arc<ReplState>>,
     meta: MetaHandle,
     settings: Arc<dyn Fn() -> Option<StreamSettings> + Send + Sync>,
     every: Duration,
@@ -1874,8 +2369,14 @@ async fn run_retention(
         let now_ms = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
-        // Everything committed is acknowledgeable on a Leader shard.
-        let acked_end = tier.log.committed_offset();
+        // Everything committed is acknowledgeable on a Leader shard; in a cluster, the
+        // leader alone applies retention, never past what readers may see (the quorum
+        // mark on a Quorum stream).
+        let acked_end = match &repl {
+            None => tier.log.committed_offset(),
+            Some(r) if r.leading().is_some() => *r.visible.borrow(),
+            Some(_) => continue,
+        };
         match retention::enforce(&tier, &meta, &s, acked_end, now_ms).await {
             Ok(r) if r.objects_deleted + r.segments_deleted > 0 => {
                 info!(shard = %tier.key, objects = r.objects_deleted, segments = r.segments_deleted,
@@ -1891,11 +2392,11 @@ async fn run_retention(
 /// shard's live subscribers.
 async fn follow_log(
     log: ShardLog,
+    mut committed: watch::Receiver<u64>,
     fanout: Arc<Fanout>,
     closed: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
 ) {
-    let mut committed = log.watch_committed();
     let mut pending: VecDeque<LiveBatch> = VecDeque::new();
     loop {
         if closed.load(Ordering::Acquire) {
@@ -1908,7 +2409,8 @@ async fn follow_log(
             }
             continue;
         }
-        let read = match log.read(cursor, 1 << 20, None) {
+        let visible = *committed.borrow();
+        let read = match log.read(cursor, 1 << 20, Some(visible)) {
             Ok(r) => r,
             Err(e) => {
                 warn!(shard = log.shard(), error = %e, "fanout read failed; retrying");

@@ -47,6 +47,8 @@ pub mod defaults {
     pub const COLD_PREFETCH_ROW_GROUPS: usize = 2;
     pub const TIER_ROW_GROUP_BYTES: usize = 4 * MIB;
     pub const RETENTION_CHECK_MS: u64 = 10_000;
+    pub const PUBLISH_QUORUM_TIMEOUT_MS: u64 = 5_000;
+    pub const LEASE_MS: u64 = 10_000;
     pub const KAFKA_ADDR: &str = "127.0.0.1:9092";
     pub const KAFKA_DEFAULT_PARTITIONS: u32 = 1;
     pub const KAFKA_AUTO_CREATE_TOPICS: bool = true;
@@ -105,6 +107,10 @@ pub struct BrokerConfig {
     pub tier_row_group_bytes: usize,
     /// How often each shard applies its retention settings.
     pub retention_check_ms: u64,
+    /// How long a Quorum publish waits for a majority before `quorum_timeout`.
+    pub publish_quorum_timeout_ms: u64,
+    /// Shard-leader lease granted by the control plane (a cluster's failover detection).
+    pub lease_ms: u64,
     /// PEM certificate chain of the QUIC listener; without it (and `tls_key`) a CA and a
     /// certificate are generated under `<data_dir>/tls`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -184,6 +190,8 @@ impl Default for BrokerConfig {
             cold_prefetch_row_groups: defaults::COLD_PREFETCH_ROW_GROUPS,
             tier_row_group_bytes: defaults::TIER_ROW_GROUP_BYTES,
             retention_check_ms: defaults::RETENTION_CHECK_MS,
+            publish_quorum_timeout_ms: defaults::PUBLISH_QUORUM_TIMEOUT_MS,
+            lease_ms: defaults::LEASE_MS,
             kafka_addr: parse_default(defaults::KAFKA_ADDR),
             kafka_default_partitions: defaults::KAFKA_DEFAULT_PARTITIONS,
             kafka_auto_create_topics: defaults::KAFKA_AUTO_CREATE_TOPICS,
@@ -277,6 +285,11 @@ const SETTINGS: &[(&str, &str)] = &[
     ("cold_prefetch_row_groups", "FELIX_COLD_PREFETCH_ROW_GROUPS"),
     ("tier_row_group_bytes", "FELIX_TIER_ROW_GROUP_BYTES"),
     ("retention_check_ms", "FELIX_RETENTION_CHECK_MS"),
+    (
+        "publish_quorum_timeout_ms",
+        "FELIX_PUBLISH_QUORUM_TIMEOUT_MS",
+    ),
+    ("lease_ms", "FELIX_LEASE_MS"),
     ("kafka_addr", "FELIX_KAFKA_ADDR"),
     ("kafka_default_partitions", "FELIX_KAFKA_DEFAULT_PARTITIONS"),
     ("kafka_auto_create_topics", "FELIX_KAFKA_AUTO_CREATE_TOPICS"),
@@ -408,6 +421,19 @@ pub struct Args {
     #[arg(long, value_name = "MS")]
     pub retention_check_ms: Option<u64>,
 
+    /// How long a publish to a Quorum stream waits for a majority of its replicas before it
+    /// fails with `quorum_timeout` (outcome unknown: the record may have landed).
+    /// Env: FELIX_PUBLISH_QUORUM_TIMEOUT_MS. Default: 5000.
+    #[arg(long, value_name = "MS")]
+    pub publish_quorum_timeout_ms: Option<u64>,
+
+    /// Shard-leader lease in a cluster: a broker that cannot renew it for this long stops
+    /// acknowledging writes (`fenced`), and the control plane may then move its Quorum
+    /// shards to a replica. Every member should use the same value. Env: FELIX_LEASE_MS.
+    /// Default: 10000.
+    #[arg(long, value_name = "MS")]
+    pub lease_ms: Option<u64>,
+
     /// PEM certificate chain for the QUIC listener (needs --tls-key). Without both, a CA
     /// and a certificate for localhost are generated under DATA_DIR/tls.
     /// Env: FELIX_TLS_CERT.
@@ -531,7 +557,8 @@ impl Args {
             s3_endpoint, s3_region, s3_path_style, object_store_timeout_ms,
             object_store_max_retries, object_store_concurrency, cache_dir, cache_memory_bytes,
             cache_disk_bytes, cold_prefetch_row_groups, tier_row_group_bytes,
-            retention_check_ms, kafka_addr, kafka_default_partitions, kafka_auto_create_topics,
+            retention_check_ms, publish_quorum_timeout_ms, lease_ms, kafka_addr,
+            kafka_default_partitions, kafka_auto_create_topics,
         )
     }
 
@@ -591,6 +618,8 @@ impl Args {
             cold_prefetch_row_groups: env.parsed("FELIX_COLD_PREFETCH_ROW_GROUPS")?,
             tier_row_group_bytes: env.parsed("FELIX_TIER_ROW_GROUP_BYTES")?,
             retention_check_ms: env.parsed("FELIX_RETENTION_CHECK_MS")?,
+            publish_quorum_timeout_ms: env.parsed("FELIX_PUBLISH_QUORUM_TIMEOUT_MS")?,
+            lease_ms: env.parsed("FELIX_LEASE_MS")?,
             kafka_addr: env.parsed("FELIX_KAFKA_ADDR")?,
             kafka_default_partitions: env.parsed("FELIX_KAFKA_DEFAULT_PARTITIONS")?,
             kafka_auto_create_topics: env.get("FELIX_KAFKA_AUTO_CREATE_TOPICS", parse_bool)?,
@@ -814,6 +843,10 @@ impl BrokerConfig {
                 .unwrap_or(d.cold_prefetch_row_groups),
             tier_row_group_bytes: layer.tier_row_group_bytes.unwrap_or(d.tier_row_group_bytes),
             retention_check_ms: layer.retention_check_ms.unwrap_or(d.retention_check_ms),
+            publish_quorum_timeout_ms: layer
+                .publish_quorum_timeout_ms
+                .unwrap_or(d.publish_quorum_timeout_ms),
+            lease_ms: layer.lease_ms.unwrap_or(d.lease_ms),
             kafka_addr: layer.kafka_addr.unwrap_or(d.kafka_addr),
             kafka_default_partitions: layer
                 .kafka_default_partitions
@@ -904,6 +937,8 @@ impl BrokerConfig {
             ("cache_memory_bytes", self.cache_memory_bytes as u64),
             ("tier_row_group_bytes", self.tier_row_group_bytes as u64),
             ("retention_check_ms", self.retention_check_ms),
+            ("publish_quorum_timeout_ms", self.publish_quorum_timeout_ms),
+            ("lease_ms", self.lease_ms),
             (
                 "kafka_default_partitions",
                 self.kafka_default_partitions as u64,

@@ -15,5 +15,6 @@ pub mod config;
 pub mod kafka;
 pub mod metrics;
 pub mod producers;
+pub mod replication;
 pub mod server;
 pub mod tls;

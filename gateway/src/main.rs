@@ -16,6 +16,7 @@ use felix_gateway::broker::Broker;
 use felix_gateway::config::{self, BrokerConfig};
 use felix_gateway::kafka::{KafkaListener, KafkaSettings};
 use felix_gateway::metrics::Metrics;
+use felix_gateway::replication::{self, BrokerSlot};
 use felix_gateway::{admin, server, tls};
 use felix_meta::{Command, CommandError, MetaConfig, MetaError, MetaHandle, MetaNode};
 use tokio::sync::watch;
@@ -127,6 +128,10 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     meta_config.advertise = config.cluster.get(&config.node_id).cloned();
     meta_config.cluster = config.cluster.clone();
     meta_config.snapshot_after_logs = config.meta_snapshot_logs;
+    meta_config.lease = Duration::from_millis(config.lease_ms);
+    // Followers fetch from shard leaders on the same internal address as Raft.
+    let slot: BrokerSlot = Arc::default();
+    meta_config.extra_routes = Some(replication::router(slot.clone()));
     let meta = MetaNode::start(meta_config).await.with_context(|| {
         format!(
             "start the metadata node on {} (data in {})",
@@ -136,14 +141,14 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     })?;
     info!(node = config.node_id, addr = %meta.local_addr(), "metadata node started");
 
-    let result = serve(&config, &meta).await;
+    let result = serve(&config, &meta, slot).await;
     stop_step("metadata node", meta.shutdown()).await;
     result
 }
 
 /// Everything after the metadata node: on error, whatever started is stopped before the
 /// error is returned.
-async fn serve(config: &BrokerConfig, meta: &MetaNode) -> anyhow::Result<()> {
+async fn serve(config: &BrokerConfig, meta: &MetaNode, slot: BrokerSlot) -> anyhow::Result<()> {
     if config.cluster.len() <= 1 {
         if !meta.handle().wait_ready(META_READY_TIMEOUT).await {
             bail!(
@@ -152,15 +157,27 @@ async fn serve(config: &BrokerConfig, meta: &MetaNode) -> anyhow::Result<()> {
                 config.data_dir.join("meta").display()
             );
         }
-        ensure_default_namespace(meta.handle())
-            .await
-            .context("create the default tenant and namespace")?;
+    } else {
+        // A cluster forms once a majority of its members is up: wait as long as it takes.
+        while !meta.handle().wait_ready(META_READY_TIMEOUT).await {
+            warn!(
+                members = config.cluster.len(),
+                "the control plane has no leader yet; waiting for a majority of the cluster"
+            );
+        }
     }
+    register_broker(config, meta.handle())
+        .await
+        .context("register this broker with the control plane")?;
+    ensure_default_namespace(meta.handle())
+        .await
+        .context("create the default tenant and namespace")?;
 
     let metrics = Arc::new(Metrics::new());
     let broker = Broker::start(config, meta.handle().clone(), metrics.clone())
         .await
         .context("start the broker")?;
+    let _ = slot.set(Arc::downgrade(&broker));
     let result = listen(config, &broker, metrics).await;
     if result.is_err() {
         stop_step("broker", broker.shutdown()).await;
@@ -261,6 +278,39 @@ async fn listen(
     })
     .await;
     Ok(())
+}
+
+/// Records this broker's addresses in the control plane (a restart re-registers), so
+/// placement can name it and clients and peers can reach it.
+async fn register_broker(config: &BrokerConfig, meta: &MetaHandle) -> anyhow::Result<()> {
+    let internal_addr = config
+        .cluster
+        .get(&config.node_id)
+        .cloned()
+        .unwrap_or_else(|| config.internal_addr.to_string());
+    let cmd = Command::RegisterBroker {
+        broker: felix_meta::model::Broker {
+            id: config.node_id,
+            client_addr: config.quic_addr.to_string(),
+            kafka_addr: Some(config.kafka_addr.to_string()),
+            internal_addr,
+            zone: None,
+            alive: true,
+        },
+    };
+    let mut attempt = 0;
+    loop {
+        match meta.propose(cmd.clone()).await {
+            Ok(_) => return Ok(()),
+            Err(MetaError::Rejected(e)) => return Err(e.into()),
+            Err(e) if attempt < 20 => {
+                attempt += 1;
+                warn!(error = %e, "registering with the control plane failed; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// Creates tenant `default` and its namespace `default`, keeping them if they exist.

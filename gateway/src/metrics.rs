@@ -41,6 +41,7 @@ pub struct Metrics {
     pub subscriptions_active: Gauge,
     pub connections_active: Gauge,
     pub acked_publishes_dropped: Counter,
+    pub quorum_timeouts: Counter,
     pub frames_rejected: Counter,
     pub tier_store_up: Gauge,
     pub tier_upload_backlog_segments: Gauge,
@@ -77,6 +78,7 @@ impl Metrics {
             subscriptions_active: Gauge::default(),
             connections_active: Gauge::default(),
             acked_publishes_dropped: Counter::default(),
+            quorum_timeouts: Counter::default(),
             frames_rejected: Counter::default(),
             tier_store_up: Gauge::default(),
             tier_upload_backlog_segments: Gauge::default(),
@@ -149,6 +151,11 @@ impl Metrics {
             "felix_broker_acked_publishes_dropped",
             "Publishes acknowledged on enqueue whose write then failed",
             m.acked_publishes_dropped.clone(),
+        );
+        registry.register(
+            "felix_publish_quorum_timeouts",
+            "Quorum publishes answered quorum_timeout (no majority confirmed in time)",
+            m.quorum_timeouts.clone(),
         );
         registry.register(
             "felix_frames_rejected",

@@ -320,6 +320,14 @@ async fn handle_stream(
             Ok(segments) => Response::Segments { segments },
             Err(e) => Response::Error(e),
         },
+        Request::Topology {
+            tenant,
+            namespace,
+            stream,
+        } => match broker.topology(&tenant, &namespace, &stream) {
+            Ok((shards, brokers)) => Response::Topology { shards, brokers },
+            Err(e) => Response::Error(e),
+        },
     };
     respond(&mut send, &response).await;
     let _ = send.finish();

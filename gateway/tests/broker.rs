@@ -7,6 +7,7 @@
 mod broker {
     mod backpressure;
     mod bad_input;
+    mod cluster;
     mod common;
     mod durability;
     mod fanout;

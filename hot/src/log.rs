@@ -38,7 +38,8 @@ pub(crate) enum Request {
         reply: oneshot::Sender<Result<(), LogError>>,
     },
     Truncate {
-        after: u64,
+        /// Records at and after this offset are cut.
+        keep_end: u64,
         reply: oneshot::Sender<Result<u64, LogError>>,
     },
     Sync {
@@ -490,6 +491,13 @@ impl ShardLog {
     /// the call are written first and cut too; appends made meanwhile wait and then
     /// continue at `offset + 1`. Returns the new next offset.
     pub async fn truncate_after(&self, offset: u64) -> Result<u64, LogError> {
+        self.truncate_to(offset.saturating_add(1)).await
+    }
+
+    /// Cuts every record at or after `keep_end` (0 cuts everything not uploaded), as
+    /// [`ShardLog::truncate_after`] does. A replica uses it to drop what an earlier
+    /// leader wrote past the committed mark. Returns the new next offset.
+    pub async fn truncate_to(&self, keep_end: u64) -> Result<u64, LogError> {
         let shared = self.shared();
         let rx = loop {
             let notified = shared.room.notified();
@@ -508,10 +516,7 @@ impl ShardLog {
                 if !q.truncating {
                     q.truncating = true;
                     let (reply, rx) = oneshot::channel();
-                    q.requests.push(Request::Truncate {
-                        after: offset,
-                        reply,
-                    });
+                    q.requests.push(Request::Truncate { keep_end, reply });
                     break rx;
                 }
             }

@@ -125,9 +125,9 @@ impl Writer {
                     self.stage(batch, &header)?;
                     self.waiting.push(reply);
                 }
-                Request::Truncate { after, reply } => {
+                Request::Truncate { keep_end, reply } => {
                     self.commit_group()?;
-                    let result = self.truncate_after(after);
+                    let result = self.truncate_to(keep_end);
                     let next = self.end_offset;
                     {
                         let mut q = self.shared.queue.lock();
@@ -268,15 +268,16 @@ impl Writer {
         Ok(())
     }
 
-    /// Cuts everything after `after`. `Err(Ok(e))` is a refusal that changed nothing;
+    /// Cuts every record at or after `keep_end`. `Err(Ok(e))` is a refusal that changed nothing;
     /// `Err(Err(f))` is an I/O failure that takes the log offline.
-    fn truncate_after(&mut self, after: u64) -> Result<(), Result<LogError, Failure>> {
+    fn truncate_to(&mut self, keep_end: u64) -> Result<(), Result<LogError, Failure>> {
         let shared = self.shared.clone();
         let _maintenance = shared.maintenance.lock();
         let shard = self.shared.shard.clone();
-        let keep_end = after.saturating_add(1);
+        // Refusals name the last kept offset, as `ShardLog::truncate_after` takes it.
+        let after = keep_end.wrapping_sub(1);
         if keep_end >= self.end_offset {
-            return Ok(()); // nothing after `after`
+            return Ok(()); // nothing at or after `keep_end`
         }
         let floor = self.shared.immutable_below.load(Ordering::Acquire);
         let first = self

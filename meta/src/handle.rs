@@ -8,6 +8,10 @@
 //!   follower asks the leader for that read index and waits until it has applied it.
 //! * `registry` is a watch of the local registry, for the data path, which never waits on
 //!   Raft.
+//! * `renew_broker_lease` renews a broker's shard-leader lease with the meta leader, from
+//!   any node. The leader confirms its leadership with a quorum before it grants, so a
+//!   deposed leader that has not noticed yet cannot hand out a lease its successor does
+//!   not wait out.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +21,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tracing::debug;
 
 use crate::lease::{LeaseError, LeaseTable};
-use crate::model::{Applied, Command, CommandError, MetaState};
+use crate::model::{Applied, Command, CommandError, MetaState, Placement, Replication, ShardKey};
 use crate::network::{ForwardError, HttpNetworkFactory};
 use crate::state_machine::{Registry, StateMachineStore};
 use crate::types::{CommandResult, NodeId, Raft};
@@ -28,6 +32,8 @@ const PROPOSE_DEADLINE: Duration = Duration::from_secs(10);
 const WRITES_IN_FLIGHT: usize = 4;
 /// Most commands per batch entry.
 const MAX_BATCH: usize = 512;
+/// Shortest timeout given to one lease renewal RPC near the end of its deadline.
+const MIN_RPC: Duration = Duration::from_millis(100);
 
 /// Why a control-plane call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -214,7 +220,9 @@ impl MetaHandle {
         self.is_ready()
     }
 
-    /// Renews a broker's shard-leader lease; only the metadata leader grants them.
+    /// Renews a broker's shard-leader lease in this node's table, if it is the metadata
+    /// leader, without confirming leadership with a quorum first. Brokers use
+    /// [`MetaHandle::renew_broker_lease`], which does.
     pub fn renew_lease(&self, broker: NodeId) -> Result<Duration, LeaseError> {
         self.inner.leases.renew(broker, Instant::now())
     }
@@ -222,6 +230,99 @@ impl MetaHandle {
     /// The lease table (leader side).
     pub fn leases(&self) -> &LeaseTable {
         &self.inner.leases
+    }
+
+    /// The shard-leader lease duration ([`crate::MetaConfig::lease`]).
+    pub fn lease_duration(&self) -> Duration {
+        self.inner.leases.duration()
+    }
+
+    /// Renews `broker`'s shard-leader lease with the metadata leader and returns the
+    /// duration granted. Works on any node: on the leader it grants locally, elsewhere it
+    /// asks the leader over HTTP (`POST /meta/lease`), following the leader if it moves,
+    /// for at most half a lease ([`MetaError::Timeout`] after that).
+    ///
+    /// The caller counts the lease from an instant taken **before** it called, on its own
+    /// monotonic clock (a [`crate::lease::BrokerLease`] with that `sent_at`): the leader
+    /// records the grant no earlier, so the broker's lease always ends first.
+    pub async fn renew_broker_lease(&self, broker: NodeId) -> Result<Duration, MetaError> {
+        let wait = (self.inner.leases.duration() / 2).min(PROPOSE_DEADLINE);
+        let deadline = Instant::now() + wait;
+        let mut hint: Option<String> = None;
+        loop {
+            let target = match hint.take() {
+                Some(addr) => Some(addr),
+                None => match self.inner.leader_addr() {
+                    Some((id, _)) if id == self.inner.node_id => {
+                        match self.grant_lease(broker).await {
+                            Ok(d) => return Ok(d),
+                            Err(ForwardError::NotLeader {
+                                leader: Some((id, addr)),
+                            }) if id != self.inner.node_id => Some(addr),
+                            Err(e) => {
+                                debug!(error = %e, broker, "lease not granted here; retrying");
+                                None
+                            }
+                        }
+                    }
+                    Some((_, addr)) => addr,
+                    None => None,
+                },
+            };
+            let mut follow = false;
+            if let Some(addr) = target {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let client = self.inner.peers.client();
+                let client = client.with_timeout(client.timeout().min(left).max(MIN_RPC));
+                match client.renew_lease(&addr, broker).await {
+                    Ok(d) => return Ok(d),
+                    Err(ForwardError::NotLeader {
+                        leader: Some((id, next)),
+                    }) if next != addr => {
+                        follow = id != self.inner.node_id;
+                        if follow {
+                            hint = Some(next);
+                        }
+                    }
+                    Err(e) => debug!(error = %e, broker, %addr, "lease renewal failed; retrying"),
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(MetaError::Timeout(wait));
+            }
+            if !follow {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+
+    /// Grants a lease if this node is the meta leader, after confirming that with a
+    /// quorum; `NotLeader` (naming the leader if known) otherwise. The grant is recorded
+    /// at the instant before the confirmation: a successor is elected only after the
+    /// quorum answered, so it waits out this grant.
+    pub(crate) async fn grant_lease(&self, broker: NodeId) -> Result<Duration, ForwardError> {
+        let asked = Instant::now();
+        self.read_index().await?;
+        self.inner
+            .leases
+            .renew(broker, asked)
+            .map_err(|_| ForwardError::NotLeader {
+                leader: self
+                    .inner
+                    .leader_addr()
+                    .and_then(|(id, a)| a.map(|a| (id, a)))
+                    .filter(|(id, _)| *id != self.inner.node_id),
+            })
+    }
+
+    /// The shard's replication report, from the local applied state.
+    pub fn replication(&self, shard: &ShardKey) -> Option<Replication> {
+        self.local(|s| s.replication.get(shard).cloned())
+    }
+
+    /// The shard's placement, from the local applied state.
+    pub fn placement(&self, shard: &ShardKey) -> Option<Placement> {
+        self.local(|s| s.placements.get(shard).cloned())
     }
 
     /// Adds a node as a learner and waits until it has caught up. Leader only.
@@ -276,6 +377,21 @@ impl MetaHandle {
             }
             RaftError::Fatal(f) => MetaError::Stopped(f.to_string()),
         }
+    }
+}
+
+impl HandleInner {
+    /// The Raft leader this node knows of, with its internal address if known.
+    fn leader_addr(&self) -> Option<(NodeId, Option<String>)> {
+        let m = self.raft.metrics().borrow().clone();
+        m.current_leader.map(|id| {
+            let addr = m
+                .membership_config
+                .membership()
+                .get_node(&id)
+                .map(|n| n.addr.clone());
+            (id, addr)
+        })
     }
 }
 
@@ -354,18 +470,7 @@ async fn write_with_retry(inner: &HandleInner, cmd: Command) -> Result<CommandRe
     // A forwarded proposal waits for the leader's commit, which can outlast one RPC timeout.
     let forwarder = inner.peers.client().with_timeout(PROPOSE_DEADLINE);
     loop {
-        let leader = {
-            let m = inner.raft.metrics().borrow().clone();
-            m.current_leader.map(|id| {
-                let addr = m
-                    .membership_config
-                    .membership()
-                    .get_node(&id)
-                    .map(|n| n.addr.clone());
-                (id, addr)
-            })
-        };
-        match leader {
+        match inner.leader_addr() {
             Some((id, _)) if id == inner.node_id => {
                 match inner.raft.client_write(cmd.clone()).await {
                     Ok(resp) => return Ok(resp.data),

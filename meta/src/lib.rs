@@ -11,7 +11,11 @@
 //! * [`node`] — starting a node: storage, network, membership bootstrap, wiped-volume guard.
 //! * [`handle`] — [`MetaHandle`], the API the rest of Felix uses: propose (batched),
 //!   linearizable reads, a watch of the registry, membership changes, leases.
+//! * [`lease`] — shard-leader leases, granted by the meta leader.
+//! * [`controller`] — failover: on the meta leader, marks brokers whose lease lapsed dead,
+//!   places unplaced shards and promotes a new shard leader when one dies.
 
+pub mod controller;
 pub mod handle;
 pub mod lease;
 pub mod log_store;

@@ -5,6 +5,12 @@
 //! second creation of the same stream or an alter against a stale version is refused the
 //! same way on every node, whatever API sent it. A refused command still occupies its log
 //! entry and changes nothing; its [`CommandError`] is the answer to the proposer.
+//!
+//! It also decides where a new shard goes ([`MetaState::spread`]) and keeps the two facts
+//! failover rests on: each shard's epochs (the offset at which every leader generation
+//! began) and its last replication report (the quorum mark and the replicas known to hold
+//! everything below it). A leader change on a quorum stream is refused unless the new
+//! leader is known to hold every acknowledged record.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -206,6 +212,52 @@ pub struct Placement {
     /// Bumped on every leadership change; fences older leaders (the batches' partition
     /// leader epoch).
     pub generation: u64,
+    /// Where each generation's log begins, oldest first; one entry per leadership change.
+    /// Empty for placements made before epochs were recorded.
+    #[serde(default)]
+    pub epochs: Vec<EpochStart>,
+}
+
+/// The offset at which a leader generation began: the shard's quorum mark when the
+/// generation was made. The new leader cuts its log back to `start_offset` before it
+/// serves, so everything a generation wrote starts there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochStart {
+    pub generation: u64,
+    pub start_offset: u64,
+}
+
+impl Placement {
+    /// Where generation `generation` began, if it is recorded.
+    pub fn epoch_start(&self, generation: u64) -> Option<u64> {
+        self.epochs
+            .iter()
+            .find(|e| e.generation == generation)
+            .map(|e| e.start_offset)
+    }
+
+    /// Where generation `generation` ended: the start of the first later generation.
+    /// `None` while no later generation exists (the generation is still current). A
+    /// follower whose log was written in `generation` keeps it only below this offset.
+    pub fn epoch_end(&self, generation: u64) -> Option<u64> {
+        self.epochs
+            .iter()
+            .find(|e| e.generation > generation)
+            .map(|e| e.start_offset)
+    }
+}
+
+/// A shard leader's last report on its replicas (see [`Command::ReportReplicas`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replication {
+    /// The placement generation the report was made in.
+    pub generation: u64,
+    /// The quorum mark: one past the highest offset a majority of the replicas holds.
+    /// Never decreases.
+    pub committed: u64,
+    /// The replicas known to hold every record below `committed` in this generation
+    /// (always including the leader).
+    pub in_sync: BTreeSet<u64>,
 }
 
 /// Where a segment's records are.
@@ -247,6 +299,14 @@ pub enum CommandError {
     NotEmpty { kind: String, name: String },
     #[error("invalid command: {0}")]
     Invalid(String),
+    /// A shard leader spoke for a generation that is no longer (or not yet) the shard's:
+    /// it has been replaced and must stop serving the shard.
+    #[error("shard {shard}: generation {given} is stale, the current generation is {current}")]
+    StaleGeneration {
+        shard: String,
+        given: u64,
+        current: u64,
+    },
 }
 
 fn exists(kind: &str, name: impl Into<String>) -> CommandError {
@@ -323,11 +383,23 @@ pub enum Command {
         id: u64,
         alive: bool,
     },
-    /// Sets a shard's replica set and leader; a leader change bumps the generation.
+    /// Sets a shard's replica set and leader; a leader change bumps the generation and
+    /// starts an epoch at the shard's quorum mark. On a quorum stream with acknowledged
+    /// records, the new leader must be one of the in-sync replicas.
     SetPlacement {
         shard: ShardKey,
         replicas: Vec<u64>,
         leader: Option<u64>,
+    },
+    /// A shard leader's report of its quorum mark and in-sync replicas, for generation
+    /// `generation`. Refused with [`CommandError::StaleGeneration`] unless that is the
+    /// shard's current generation; refused as invalid unless `in_sync` is a majority of
+    /// the replicas and includes the leader, or if `committed` would go down.
+    ReportReplicas {
+        shard: ShardKey,
+        generation: u64,
+        committed: u64,
+        in_sync: BTreeSet<u64>,
     },
     /// Adds a segment to a shard's manifest (refused if it overlaps an existing entry).
     AddSegment {
@@ -417,14 +489,83 @@ pub struct MetaState {
     /// "tenant/namespace/stream" → stream
     pub streams: BTreeMap<String, Stream>,
     pub brokers: BTreeMap<u64, Broker>,
+    #[serde(with = "shard_map")]
     pub placements: BTreeMap<ShardKey, Placement>,
     /// shard → base offset → segment
+    #[serde(with = "shard_map")]
     pub manifests: BTreeMap<ShardKey, BTreeMap<u64, SegmentEntry>>,
     /// shard → its earliest offset after total retention (absent: 0).
-    #[serde(default)]
+    #[serde(default, with = "shard_map")]
     pub manifest_floors: BTreeMap<ShardKey, u64>,
+    /// shard → its leader's last replication report.
+    #[serde(default, with = "shard_map")]
+    pub replication: BTreeMap<ShardKey, Replication>,
     pub next_producer_id: i64,
     pub features: BTreeMap<String, u32>,
+}
+
+/// (De)serializes a map keyed by [`ShardKey`] as a list of `[key, value]` pairs: JSON map
+/// keys must be strings, and a shard key is a struct. Also reads a JSON object, the form
+/// such a map took while it was always empty (a non-empty one could not be written).
+pub mod shard_map {
+    use std::collections::BTreeMap;
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::ser::{SerializeSeq, Serializer};
+    use serde::{Deserialize, Serialize};
+
+    use super::ShardKey;
+
+    pub fn serialize<S: Serializer, V: Serialize>(
+        map: &BTreeMap<ShardKey, V>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(map.len()))?;
+        for pair in map {
+            seq.serialize_element(&pair)?;
+        }
+        seq.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>, V: Deserialize<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<ShardKey, V>, D::Error> {
+        struct Pairs<V>(PhantomData<V>);
+        impl<'de, V: Deserialize<'de>> Visitor<'de> for Pairs<V> {
+            type Value = BTreeMap<ShardKey, V>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a list of [shard, value] pairs")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut map = BTreeMap::new();
+                while let Some((k, v)) = seq.next_element::<(ShardKey, V)>()? {
+                    map.insert(k, v);
+                }
+                Ok(map)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                let mut map = BTreeMap::new();
+                while let Some((k, v)) = m.next_entry::<ShardKey, V>()? {
+                    map.insert(k, v);
+                }
+                Ok(map)
+            }
+        }
+        deserializer.deserialize_any(Pairs(PhantomData))
+    }
+}
+
+/// 64-bit FNV-1a: a fixed hash, so placement is the same on every node and every build
+/// (std's hasher is randomly seeded).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// The key of a stream in [`MetaState::streams`].
@@ -514,6 +655,7 @@ impl MetaState {
                         history: Vec::new(),
                     },
                 );
+                self.place_new_shards(tenant, namespace, name, 0..settings.shards);
                 Ok(Applied::StreamVersion { version: 1 })
             }
             Command::AlterStream {
@@ -537,12 +679,13 @@ impl MetaState {
                     });
                 }
                 let next = patch.apply_to(&stream.settings)?;
+                let (old_shards, new_shards) = (stream.settings.shards, next.shards);
                 let old = std::mem::replace(&mut stream.settings, next);
                 stream.history.push(old);
                 stream.version += 1;
-                Ok(Applied::StreamVersion {
-                    version: stream.version,
-                })
+                let version = stream.version;
+                self.place_new_shards(tenant, namespace, name, old_shards..new_shards);
+                Ok(Applied::StreamVersion { version })
             }
             Command::DeleteStream {
                 tenant,
@@ -557,6 +700,7 @@ impl MetaState {
                     k.tenant == *tenant && k.namespace == *namespace && k.stream == *name
                 };
                 self.placements.retain(|k, _| !gone(k));
+                self.replication.retain(|k, _| !gone(k));
                 self.manifests.retain(|k, _| !gone(k));
                 self.manifest_floors.retain(|k, _| !gone(k));
                 Ok(Applied::Done)
@@ -612,19 +756,101 @@ impl MetaState {
                         "the leader must be one of the replicas".into(),
                     ));
                 }
+                let quorum = stream.settings.consistency == Consistency::Quorum;
+                let current = self.placements.get(shard);
+                let new_leader = leader.filter(|l| current.is_none_or(|p| p.leader != Some(*l)));
+                let report = self.replication.get(shard);
+                if let Some(l) = new_leader
+                    && quorum
+                    && let Some(r) = report
+                    && r.committed > 0
+                    && !r.in_sync.contains(&l)
+                {
+                    return Err(CommandError::Invalid(format!(
+                        "broker {l} does not hold every acknowledged record of {shard} \
+                         (in sync below {}: {:?})",
+                        r.committed, r.in_sync
+                    )));
+                }
+                let committed = report.map_or(0, |r| r.committed);
                 let entry = self.placements.entry(shard.clone()).or_insert(Placement {
                     replicas: Vec::new(),
                     leader: None,
                     generation: 0,
+                    epochs: Vec::new(),
                 });
-                if entry.leader != *leader && leader.is_some() {
+                if new_leader.is_some() {
                     entry.generation += 1;
+                    entry.epochs.push(EpochStart {
+                        generation: entry.generation,
+                        start_offset: committed,
+                    });
                 }
                 entry.replicas = replicas.clone();
                 entry.leader = *leader;
-                Ok(Applied::Generation {
-                    generation: entry.generation,
-                })
+                let generation = entry.generation;
+                if let Some(r) = self.replication.get_mut(shard) {
+                    match new_leader {
+                        // A new generation: only its leader is known to be in sync.
+                        Some(l) => {
+                            r.generation = generation;
+                            r.in_sync = BTreeSet::from([l]);
+                        }
+                        // A broker taken out of the replica set holds no copy that counts.
+                        None => r.in_sync.retain(|b| replicas.contains(b)),
+                    }
+                }
+                Ok(Applied::Generation { generation })
+            }
+            Command::ReportReplicas {
+                shard,
+                generation,
+                committed,
+                in_sync,
+            } => {
+                let placement = self
+                    .placements
+                    .get(shard)
+                    .filter(|p| p.generation == *generation)
+                    .ok_or_else(|| CommandError::StaleGeneration {
+                        shard: shard.to_string(),
+                        given: *generation,
+                        current: self.placements.get(shard).map_or(0, |p| p.generation),
+                    })?;
+                let invalid = |m: String| Err(CommandError::Invalid(m));
+                match placement.leader {
+                    Some(l) if in_sync.contains(&l) => {}
+                    Some(l) => return invalid(format!("{shard}: the leader {l} is not in sync")),
+                    None => return invalid(format!("{shard} has no leader")),
+                }
+                if let Some(b) = in_sync.iter().find(|b| !placement.replicas.contains(b)) {
+                    return invalid(format!("{shard}: broker {b} is not a replica"));
+                }
+                let majority = placement.replicas.len() / 2 + 1;
+                if in_sync.len() < majority {
+                    return invalid(format!(
+                        "{shard}: {} in-sync replicas are fewer than a majority of {}",
+                        in_sync.len(),
+                        placement.replicas.len()
+                    ));
+                }
+                if let Some(r) = self.replication.get(shard)
+                    && *committed < r.committed
+                {
+                    return invalid(format!(
+                        "{shard}: the quorum mark never goes down ({committed} < {})",
+                        r.committed
+                    ));
+                }
+                self.replication.insert(
+                    shard.clone(),
+                    Replication {
+                        generation: *generation,
+                        committed: *committed,
+                        in_sync: in_sync.clone(),
+                    },
+                );
+                Ok(Applied::Done)
             }
             Command::AddSegment { shard, segment } => {
                 self.require_shard(shard)?;
@@ -771,6 +997,84 @@ impl MetaState {
         }
     }
 
+    /// Where a new shard goes: `replicas` consecutive brokers of `alive` (sorted by id;
+    /// fewer if there are fewer brokers), starting at a stable hash of the stream plus
+    /// the shard number, so a stream's shards spread their leaders over the brokers and
+    /// every node computes the same answer. The first is the leader. Empty if `alive` is.
+    pub fn spread(shard: &ShardKey, replicas: u32, alive: &[u64]) -> Vec<u64> {
+        let n = alive.len();
+        if n == 0 {
+            return Vec::new();
+        }
+        let mut sorted = alive.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let n = sorted.len();
+        let key = stream_key(&shard.tenant, &shard.namespace, &shard.stream);
+        let start =
+            (fnv1a(key.as_bytes()).wrapping_add(u64::from(shard.shard)) % n as u64) as usize;
+        (0..(replicas as usize).min(n))
+            .map(|i| sorted[(start + i) % n])
+            .collect()
+    }
+
+    /// The brokers recorded alive, by id.
+    pub fn alive_brokers(&self) -> Vec<u64> {
+        self.brokers
+            .values()
+            .filter(|b| b.alive)
+            .map(|b| b.id)
+            .collect()
+    }
+
+    /// Places the given shards of a durable stream on the live brokers (generation 1,
+    /// led by the first replica). Without a live broker they stay unplaced, for the
+    /// failover controller to place once one registers.
+    fn place_new_shards(
+        &mut self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+        shards: std::ops::Range<u32>,
+    ) {
+        let Some(settings) = self
+            .streams
+            .get(&stream_key(tenant, namespace, name))
+            .map(|s| &s.settings)
+        else {
+            return;
+        };
+        let (durable, replicas) = (
+            settings.durability == Durability::Durable,
+            settings.replicas,
+        );
+        let alive = self.alive_brokers();
+        if !durable || alive.is_empty() {
+            return;
+        }
+        for shard in shards {
+            let key = ShardKey {
+                tenant: tenant.to_owned(),
+                namespace: namespace.to_owned(),
+                stream: name.to_owned(),
+                shard,
+            };
+            let chosen = Self::spread(&key, replicas, &alive);
+            self.placements.insert(
+                key,
+                Placement {
+                    leader: chosen.first().copied(),
+                    replicas: chosen,
+                    generation: 1,
+                    epochs: vec![EpochStart {
+                        generation: 1,
+                        start_offset: 0,
+                    }],
+                },
+            );
+        }
+    }
+
     fn require_namespace(&self, tenant: &str, namespace: &str) -> Result<(), CommandError> {
         let ns = self
             .tenants
@@ -814,6 +1118,7 @@ impl MetaState {
             | Command::RemoveSegment { .. }
             | Command::RecordObject { .. }
             | Command::TrimManifest { .. }
+            | Command::ReportReplicas { .. }
             | Command::AllocateProducerIds { .. } => false,
             Command::Batch { commands } => commands.iter().any(Self::touches_registry),
             _ => true,

@@ -39,6 +39,7 @@
 //! | `POST /raft/vote`      | `VoteRequest`         | `Result<VoteResponse, RaftError>`; **503** (text) while the node does not accept votes |
 //! | `POST /meta/propose`   | [`Command`]           | [`CommandResult`] (a refused command is a 200 with `Err`) |
 //! | `POST /meta/read_index`| none                  | `{"index": u64}`                           |
+//! | `POST /meta/lease`     | `{"broker": u64}`     | `{"lease_ms": u64}` (the meta leader only; elsewhere 421 naming the leader) |
 //! | `GET /meta/status`     | none                  | [`NodeStatus`]                             |
 //! | `GET /meta/dump`       | none                  | the local applied state (JSON)             |
 //! | `GET /healthz`         | none                  | `ok`; **503** `not ready`                  |
@@ -255,6 +256,18 @@ pub struct ErrorBody {
     pub leader: Option<(NodeId, String)>,
 }
 
+/// The body of `POST /meta/lease`: the broker whose shard-leader lease to renew.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRequest {
+    pub broker: NodeId,
+}
+
+/// The 200 body of `POST /meta/lease`: the duration granted, in milliseconds.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseGrant {
+    pub lease_ms: u64,
+}
+
 /// The 200 body of `POST /meta/read_index`.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 struct ReadIndexBody {
@@ -361,6 +374,22 @@ impl PeerClient {
             .forward(Method::POST, addr, "/meta/read_index", Some(Vec::new()))
             .await?;
         Ok(b.index)
+    }
+
+    /// Renews `broker`'s shard-leader lease on the node at `addr` (the meta leader):
+    /// `POST /meta/lease`. Returns the duration granted; the caller counts it from before
+    /// it sent the request. Only the leader grants: another node answers `NotLeader`
+    /// naming the leader it knows.
+    pub async fn renew_lease(&self, addr: &str, broker: NodeId) -> Result<Duration, ForwardError> {
+        let body =
+            serde_json::to_vec(&LeaseRequest { broker }).map_err(|e| ForwardError::Remote {
+                status: 400,
+                message: format!("cannot encode lease request: {e}"),
+            })?;
+        let g: LeaseGrant = self
+            .forward(Method::POST, addr, "/meta/lease", Some(body))
+            .await?;
+        Ok(Duration::from_millis(g.lease_ms))
     }
 
     /// Changes the group's membership through the node at `addr` (the leader):
@@ -537,6 +566,11 @@ impl HttpNetworkFactory {
     /// [`PeerClient::read_index`].
     pub async fn read_index(&self, addr: &str) -> Result<u64, ForwardError> {
         self.client.read_index(addr).await
+    }
+
+    /// [`PeerClient::renew_lease`].
+    pub async fn renew_lease(&self, addr: &str, broker: NodeId) -> Result<Duration, ForwardError> {
+        self.client.renew_lease(addr, broker).await
     }
 
     /// [`PeerClient::status`].
@@ -733,6 +767,18 @@ pub trait MetaService: Send + Sync + 'static {
     /// Whether the node is ready (`/healthz` answers 200 `ok`, else 503 `not ready`).
     fn healthz(&self) -> BoxFuture<'_, bool>;
 
+    /// Renews a broker's shard-leader lease and returns the duration granted (the meta
+    /// leader only; `Err(NotLeader)` elsewhere, so a renewal is never forwarded in a loop).
+    fn renew_lease(&self, broker: NodeId) -> BoxFuture<'_, Result<Duration, ForwardError>> {
+        let _ = broker;
+        Box::pin(async {
+            Err(ForwardError::Remote {
+                status: 501,
+                message: "leases are not served here".into(),
+            })
+        })
+    }
+
     /// Applies a membership change (leader only; `Err(NotLeader)` elsewhere).
     fn change_membership(
         &self,
@@ -777,6 +823,7 @@ pub fn raft_router(service: Arc<dyn MetaService>) -> Router {
         .route("/meta/propose", post(meta_propose).layer(limit()))
         .route("/meta/read_index", post(meta_read_index).layer(limit()))
         .route("/meta/membership", post(meta_membership).layer(limit()))
+        .route("/meta/lease", post(meta_lease).layer(limit()))
         .route("/meta/status", get(meta_status))
         .route("/meta/dump", get(meta_dump))
         .route("/healthz", get(healthz))
@@ -824,6 +871,16 @@ async fn meta_propose(State(svc): State<Svc>, Json(cmd): Json<Command>) -> Respo
 async fn meta_read_index(State(svc): State<Svc>) -> Response {
     match svc.read_index().await {
         Ok(index) => Json(ReadIndexBody { index }).into_response(),
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn meta_lease(State(svc): State<Svc>, Json(req): Json<LeaseRequest>) -> Response {
+    match svc.renew_lease(req.broker).await {
+        Ok(d) => Json(LeaseGrant {
+            lease_ms: d.as_millis().try_into().unwrap_or(u64::MAX),
+        })
+        .into_response(),
         Err(e) => error_response(&e),
     }
 }

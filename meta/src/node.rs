@@ -58,6 +58,8 @@ pub struct MetaConfig {
     pub lease: Duration,
     /// Timeout of one RPC to a peer.
     pub rpc_timeout: Duration,
+    /// More routes served on the internal address (the broker's replication endpoints).
+    pub extra_routes: Option<axum::Router>,
 }
 
 impl MetaConfig {
@@ -74,6 +76,7 @@ impl MetaConfig {
             election_timeout: (Duration::from_millis(500), Duration::from_millis(1000)),
             lease: Duration::from_secs(10),
             rpc_timeout: Duration::from_secs(2),
+            extra_routes: None,
         }
     }
 
@@ -118,6 +121,8 @@ pub struct MetaNode {
     accepting_votes: Arc<AtomicBool>,
     shutdown: watch::Sender<bool>,
     server: tokio::task::JoinHandle<()>,
+    controller: tokio::task::JoinHandle<()>,
+    stop_controller: watch::Sender<bool>,
     local_addr: SocketAddr,
 }
 
@@ -154,6 +159,11 @@ impl MetaService for Service {
     }
     fn read_index(&self) -> BoxFuture<'_, Result<u64, ForwardError>> {
         Box::pin(self.handle.read_index())
+    }
+    /// Serves `/meta/lease`: grants only if this node is the meta leader (never forwards,
+    /// so two nodes with stale views cannot bounce a renewal between them).
+    fn renew_lease(&self, broker: NodeId) -> BoxFuture<'_, Result<Duration, ForwardError>> {
+        Box::pin(self.handle.grant_lease(broker))
     }
     fn status(&self) -> BoxFuture<'_, NodeStatus> {
         Box::pin(async move {
@@ -322,7 +332,12 @@ impl MetaNode {
             has_state: has_state_flag.clone(),
         });
         let (shutdown, mut shutdown_rx) = watch::channel(false);
-        let router = crate::network::raft_router(service);
+        let (stop_controller, stop_controller_rx) = watch::channel(false);
+        let controller = crate::controller::spawn(handle.clone(), stop_controller_rx);
+        let mut router = crate::network::raft_router(service);
+        if let Some(extra) = config.extra_routes.clone() {
+            router = router.merge(extra);
+        }
         let server = tokio::spawn(async move {
             crate::network::serve(listener, router, async move {
                 let _ = shutdown_rx.wait_for(|s| *s).await;
@@ -335,6 +350,8 @@ impl MetaNode {
             accepting_votes,
             shutdown,
             server,
+            controller,
+            stop_controller,
             local_addr,
         };
         if has_state {
@@ -467,8 +484,16 @@ impl MetaNode {
         self.accepting_votes.load(Ordering::Acquire)
     }
 
-    /// Stops Raft and the server.
+    /// Stops the failover controller, Raft and the server.
     pub async fn shutdown(self) {
+        let _ = self.stop_controller.send(true);
+        let mut controller = self.controller;
+        if tokio::time::timeout(Duration::from_secs(5), &mut controller)
+            .await
+            .is_err()
+        {
+            controller.abort();
+        }
         let _ = self.handle.raft().shutdown().await;
         let _ = self.shutdown.send(true);
         let _ = self.server.await;

@@ -34,6 +34,7 @@ pub struct Registry {
     pub tenants: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
     pub streams: std::collections::BTreeMap<String, Stream>,
     pub brokers: std::collections::BTreeMap<u64, Broker>,
+    #[serde(with = "crate::model::shard_map")]
     pub placements: std::collections::BTreeMap<ShardKey, Placement>,
 }
 

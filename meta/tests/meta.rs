@@ -2,5 +2,7 @@
 
 mod meta {
     mod cluster;
+    mod failover;
+    mod placement;
     mod storage;
 }

@@ -347,6 +347,13 @@ pub enum Request {
         namespace: String,
         stream: String,
     },
+    /// Who leads each shard of a stream, and the cluster's brokers (the routing table of a
+    /// cluster client).
+    Topology {
+        tenant: String,
+        namespace: String,
+        stream: String,
+    },
 }
 
 /// A response: the header of a `Response` frame.
@@ -384,7 +391,31 @@ pub enum Response {
     Segments {
         segments: Vec<SegmentInfo>,
     },
+    Topology {
+        shards: Vec<ShardRoute>,
+        brokers: Vec<BrokerRoute>,
+    },
     Error(ErrorBody),
+}
+
+/// One shard's placement as a client routes by it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardRoute {
+    pub shard: u32,
+    /// The leading broker's id and QUIC address; `None` while the shard has no leader.
+    pub leader: Option<u64>,
+    pub leader_addr: Option<String>,
+    /// Bumped on every leadership change.
+    pub generation: u64,
+    pub replicas: Vec<u64>,
+}
+
+/// A broker of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRoute {
+    pub id: u64,
+    pub client_addr: String,
+    pub alive: bool,
 }
 
 /// An event on a subscription stream: the header of an `Event` frame. `Records` carries
@@ -416,6 +447,11 @@ pub struct ErrorBody {
     /// For `offset_too_old`: the earliest offset the shard still holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub earliest_offset: Option<u64>,
+    /// For `not_leader`: the broker that leads the shard and its QUIC address, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_addr: Option<String>,
 }
 
 /// Stable error codes. A retired code stays retired: never reuse a number.
@@ -444,6 +480,9 @@ pub mod codes {
     /// The requested offset was removed by retention; `earliest_offset` says where the
     /// shard now starts.
     pub const OFFSET_TOO_OLD: u16 = 22;
+    /// This broker does not lead the shard; `leader`/`leader_addr` name the one that does,
+    /// when known. A cluster client re-routes and retries.
+    pub const NOT_LEADER: u16 = 23;
 }
 
 impl ErrorBody {
@@ -456,6 +495,8 @@ impl ErrorBody {
             retry_after_ms: None,
             resume_offset: None,
             earliest_offset: None,
+            leader: None,
+            leader_addr: None,
         }
     }
     /// Marks the error retryable after `ms`.

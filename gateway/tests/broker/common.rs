@@ -40,6 +40,9 @@ fn free_udp_port() -> u16 {
 pub struct BrokerOptions {
     fsync: Option<String>,
     env: Vec<(String, String)>,
+    /// A fixed internal address (a cluster member's, named in `--cluster`).
+    internal: Option<SocketAddr>,
+    args: Vec<String>,
 }
 
 impl BrokerOptions {
@@ -56,6 +59,22 @@ impl BrokerOptions {
         self.env.push((key.to_owned(), value.to_string()));
         self
     }
+    /// A cluster member: `--node-id ID --cluster SPEC`, listening on `internal`.
+    pub fn member(mut self, id: u64, cluster: &str, internal: SocketAddr) -> BrokerOptions {
+        self.internal = Some(internal);
+        self.args.extend([
+            "--node-id".into(),
+            id.to_string(),
+            "--cluster".into(),
+            cluster.into(),
+        ]);
+        self
+    }
+}
+
+/// A free loopback TCP address.
+pub fn free_tcp_addr() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], free_tcp_port()))
 }
 
 /// A `felix` broker process.
@@ -85,7 +104,9 @@ impl Broker {
             root,
             quic_addr: loopback(free_udp_port()),
             admin_addr: loopback(free_tcp_port()),
-            internal_addr: loopback(free_tcp_port()),
+            internal_addr: options
+                .internal
+                .unwrap_or_else(|| loopback(free_tcp_port())),
             kafka_addr: loopback(free_tcp_port()),
             options,
             child: None,
@@ -99,7 +120,9 @@ impl Broker {
                     let _ = std::fs::remove_dir_all(broker.data_dir());
                     broker.quic_addr = loopback(free_udp_port());
                     broker.admin_addr = loopback(free_tcp_port());
-                    broker.internal_addr = loopback(free_tcp_port());
+                    if broker.options.internal.is_none() {
+                        broker.internal_addr = loopback(free_tcp_port());
+                    }
                     broker.kafka_addr = loopback(free_tcp_port());
                 }
                 Err(e) => panic!("{e}"),
@@ -139,6 +162,7 @@ impl Broker {
         if let Some(f) = &self.options.fsync {
             cmd.args(["--fsync", f]);
         }
+        cmd.args(&self.options.args);
         // Only this test's settings: nothing inherited from the environment running the tests.
         for (k, _) in std::env::vars_os() {
             if k.to_string_lossy().starts_with("FELIX_") {
@@ -202,6 +226,17 @@ impl Broker {
             let _ = c.kill(); // SIGKILL on unix
             let _ = c.wait();
         }
+    }
+
+    /// SIGSTOPs (`true`) or SIGCONTs (`false`) the process.
+    pub fn pause(&self, stop: bool) {
+        let pid = self.child.as_ref().expect("broker running").id();
+        let status = Command::new("kill")
+            .arg(if stop { "-STOP" } else { "-CONT" })
+            .arg(pid.to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -STOP/-CONT {pid} failed");
     }
 
     /// Starts the broker again on the same data dir and ports.

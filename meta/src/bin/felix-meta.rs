@@ -35,6 +35,10 @@ struct Args {
     /// Snapshot and compact the Raft log every this many entries.
     #[arg(long, env = "FELIX_META_SNAPSHOT_LOGS", default_value_t = 5000)]
     snapshot_logs: u64,
+    /// Shard-leader lease duration in milliseconds: a broker that has not renewed for this
+    /// long is marked dead and its quorum shards get a new leader.
+    #[arg(long, env = "FELIX_META_LEASE_MS", default_value_t = 10_000)]
+    lease_ms: u64,
 }
 
 /// Parses `1=host:port,2=host:port`.
@@ -85,6 +89,7 @@ async fn main() -> anyhow::Result<()> {
     config.advertise = cluster.get(&args.node_id).cloned();
     config.cluster = cluster;
     config.snapshot_after_logs = args.snapshot_logs;
+    config.lease = Duration::from_millis(args.lease_ms.max(1));
     let node = MetaNode::start(config)
         .await
         .context("start the metadata node")?;

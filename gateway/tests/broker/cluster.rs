@@ -1,0 +1,502 @@
+//! Three real `felix` processes on loopback form a cluster; faults are SIGKILL and SIGSTOP.
+//!
+//! * The acked-write audit (the "Must hold"): publishers write unique ids to a
+//!   Quorum stream while a fault hits the cluster; afterwards every acknowledged record is
+//!   readable exactly at its acknowledged offset, no id appears twice, and a record whose
+//!   outcome was unknown is present once or absent. It runs with the leader killed, a
+//!   follower killed, two brokers killed in turn, and the leader paused past its lease.
+//! * Leader and Quorum streams under the same fault (the spec's `cluster:consistency`).
+//! * A follower that was down catches up, from the leader's object store for history the
+//!   leader already moved there.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use felix_client::{
+    ClientConfig, ClientError, ClusterClient, Message, StartAt, StreamConfig, codes,
+};
+use tokio::sync::Mutex;
+
+use super::common::{Broker, BrokerOptions, PATIENCE, free_tcp_addr};
+
+/// Short leases so a failover takes seconds, not the default ten.
+const LEASE_MS: u64 = 1500;
+
+/// A cluster of brokers with node ids 1..=n, sharing one object store directory.
+struct Cluster {
+    brokers: Vec<Broker>,
+    _objects: tempfile::TempDir,
+}
+
+impl Cluster {
+    async fn start(n: u64) -> Cluster {
+        let objects = tempfile::tempdir().expect("object store dir");
+        let internal: Vec<SocketAddr> = (0..n).map(|_| free_tcp_addr()).collect();
+        let spec = internal
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}={a}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let starts = internal.iter().enumerate().map(|(i, addr)| {
+            let options = BrokerOptions::new()
+                .member(i as u64 + 1, &spec, *addr)
+                .env("FELIX_LEASE_MS", LEASE_MS)
+                .env(
+                    "FELIX_OBJECT_STORE",
+                    format!("file://{}", objects.path().display()),
+                );
+            Broker::start(options)
+        });
+        // Together: a member is ready only once a majority has formed the control plane.
+        let brokers = futures::future::join_all(starts).await;
+        Cluster {
+            brokers,
+            _objects: objects,
+        }
+    }
+
+    fn node(&mut self, id: u64) -> &mut Broker {
+        &mut self.brokers[id as usize - 1]
+    }
+
+    fn seeds(&self) -> Vec<String> {
+        self.brokers
+            .iter()
+            .map(|b| b.quic_addr.to_string())
+            .collect()
+    }
+
+    async fn client(&self, request_timeout: Duration) -> ClusterClient {
+        let config = ClientConfig {
+            request_timeout,
+            ..ClientConfig::default()
+        };
+        ClusterClient::connect(self.seeds(), config)
+            .await
+            .expect("connect to the cluster")
+    }
+
+    /// Waits until the shard has a leader other than `not` (and returns it).
+    async fn leader(&self, client: &ClusterClient, stream: &str, not: Option<u64>) -> u64 {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Ok(t) = client.topology("t", "ns", stream).await
+                && let Some((id, _)) = t.leader(0)
+                && Some(id) != not
+            {
+                return id;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no new leader for {stream} within {PATIENCE:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+async fn create_stream(client: &ClusterClient, name: &str, consistency: &str, extra: StreamConfig) {
+    for r in [
+        client.create_tenant("t").await,
+        client.create_namespace("t", "ns").await,
+    ] {
+        match r {
+            Ok(()) => {}
+            Err(ClientError::Broker(e)) if e.code == codes::ALREADY_EXISTS => {}
+            Err(e) => panic!("create tenant/namespace: {e}"),
+        }
+    }
+    client
+        .create_stream(
+            "t",
+            "ns",
+            name,
+            StreamConfig {
+                durable: Some(true),
+                shards: Some(1),
+                replicas: Some(3),
+                consistency: Some(consistency.into()),
+                ..extra
+            },
+        )
+        .await
+        .expect("create stream");
+}
+
+/// Reads shard 0 from the earliest offset up to (not including) `end`, on its leader.
+async fn read_all(client: &ClusterClient, stream: &str, end: u64) -> Vec<(u64, String)> {
+    let mut sub = client
+        .subscribe("t", "ns", stream, 0, StartAt::Earliest)
+        .await
+        .expect("subscribe");
+    let mut out = Vec::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while out.last().is_none_or(|(o, _)| o + 1 < end) {
+        let ev = tokio::time::timeout_at(deadline, sub.next_event())
+            .await
+            .unwrap_or_else(|_| panic!("{stream}: read {} records, not up to {end}", out.len()));
+        match ev {
+            Ok(Some(e)) => out.push((e.offset, String::from_utf8_lossy(&e.payload).into_owned())),
+            Ok(None) => panic!("{stream}: the subscription ended at {} records", out.len()),
+            Err(e) => panic!(
+                "{stream}: subscription failed after {} records: {e}",
+                out.len()
+            ),
+        }
+    }
+    out
+}
+
+/// What the publishers saw.
+#[derive(Default)]
+struct Ledger {
+    /// id → acknowledged offset.
+    acked: BTreeMap<String, u64>,
+    /// ids whose outcome is unknown (timeout, lost connection, quorum_timeout, refusal).
+    uncertain: HashSet<String>,
+}
+
+/// Publishers send unique ids, one record per publish, until told to stop.
+fn start_publishers(
+    client: &ClusterClient,
+    stream: &str,
+    ledger: &Arc<Mutex<Ledger>>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..3)
+        .map(|p| {
+            let (client, ledger, stop) = (client.clone(), ledger.clone(), stop.clone());
+            let stream = stream.to_owned();
+            tokio::spawn(async move {
+                for i in 0.. {
+                    if *stop.borrow() {
+                        return;
+                    }
+                    let id = format!("p{p}-{i}");
+                    let r = client
+                        .publish_to_shard("t", "ns", &stream, 0, &[Message::new(id.clone())])
+                        .await;
+                    let mut l = ledger.lock().await;
+                    match r {
+                        Ok(published) => {
+                            l.acked.insert(id, published.base_offset);
+                        }
+                        Err(_) => {
+                            l.uncertain.insert(id);
+                            drop(l);
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+async fn wait_acked(ledger: &Arc<Mutex<Ledger>>, at_least: usize, what: &str) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while ledger.lock().await.acked.len() < at_least {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: fewer than {at_least} acknowledged publishes within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Checks the promise: every acknowledged id at its offset, no id twice, nothing unknown.
+fn audit(records: &[(u64, String)], ledger: &Ledger, what: &str) {
+    let mut seen: HashMap<&str, u64> = HashMap::new();
+    for (i, (offset, id)) in records.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "{what}: offsets must be dense from 0");
+        if let Some(first) = seen.insert(id, *offset) {
+            panic!("{what}: {id} stored twice, at {first} and {offset}");
+        }
+        assert!(
+            ledger.acked.contains_key(id.as_str()) || ledger.uncertain.contains(id.as_str()),
+            "{what}: offset {offset} holds {id}, which nobody sent"
+        );
+    }
+    for (id, offset) in &ledger.acked {
+        let at = records.get(*offset as usize).map(|(_, id)| id.as_str());
+        assert_eq!(
+            at,
+            Some(id.as_str()),
+            "{what}: acknowledged {id} at offset {offset} is not there"
+        );
+    }
+}
+
+/// The fault the audit puts to the cluster while the publishers run.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    KillLeader,
+    KillFollower,
+    KillTwoInTurn,
+    PauseLeader,
+}
+
+async fn acked_write_audit(fault: Fault) {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client(Duration::from_secs(30)).await;
+    let stream = "audit";
+    create_stream(&client, stream, "quorum", StreamConfig::default()).await;
+    let leader = cluster.leader(&client, stream, None).await;
+
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let publishers = start_publishers(&client, stream, &ledger, &stop);
+    wait_acked(&ledger, 150, "before the fault").await;
+
+    let follower = (1..=3).find(|b| *b != leader).expect("a follower");
+    let survivor;
+    match fault {
+        Fault::KillLeader => {
+            cluster.node(leader).kill();
+            survivor = cluster.leader(&client, stream, Some(leader)).await;
+        }
+        Fault::KillFollower => {
+            cluster.node(follower).kill();
+            survivor = leader;
+        }
+        Fault::KillTwoInTurn => {
+            cluster.node(leader).kill();
+            let second = cluster.leader(&client, stream, Some(leader)).await;
+            let n = ledger.lock().await.acked.len();
+            wait_acked(&ledger, n + 100, "after the first failover").await;
+            cluster.node(leader).restart().await;
+            // Give the returning broker time to catch up, then take the new leader away.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            cluster.node(second).kill();
+            survivor = cluster.leader(&client, stream, Some(second)).await;
+        }
+        Fault::PauseLeader => {
+            cluster.node(leader).pause(true);
+            survivor = cluster.leader(&client, stream, Some(leader)).await;
+            cluster.node(leader).pause(false);
+        }
+    }
+    let n = ledger.lock().await.acked.len();
+    wait_acked(&ledger, n + 150, "after the fault").await;
+    stop_tx.send(true).expect("stop publishers");
+    for p in publishers {
+        p.await.expect("publisher task");
+    }
+    let ledger = ledger.lock().await;
+    let end = ledger.acked.values().max().copied().unwrap_or(0) + 1;
+    let records = read_all(&client, stream, end).await;
+    audit(
+        &records,
+        &ledger,
+        &format!("{fault:?}, read on broker {survivor}"),
+    );
+    eprintln!(
+        "{fault:?}: {} acknowledged, {} unknown outcomes, {} records read",
+        ledger.acked.len(),
+        ledger.uncertain.len(),
+        records.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quorum_acks_survive_killing_the_leader() {
+    acked_write_audit(Fault::KillLeader).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quorum_acks_survive_killing_a_follower() {
+    acked_write_audit(Fault::KillFollower).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quorum_acks_survive_two_brokers_killed_in_turn() {
+    acked_write_audit(Fault::KillTwoInTurn).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn quorum_acks_survive_a_leader_paused_past_its_lease() {
+    acked_write_audit(Fault::PauseLeader).await;
+}
+
+/// Publishes `n` records `prefix-i`, one acknowledged batch of one record each.
+async fn publish_n(client: &ClusterClient, stream: &str, prefix: &str, n: usize) {
+    for i in 0..n {
+        client
+            .publish_to_shard(
+                "t",
+                "ns",
+                stream,
+                0,
+                &[Message::new(format!("{prefix}-{i}"))],
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{stream}: publish {prefix}-{i}: {e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_fault_on_a_leader_and_a_quorum_stream() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client(Duration::from_secs(30)).await;
+    create_stream(&client, "leader-stream", "leader", StreamConfig::default()).await;
+    let x = cluster.leader(&client, "leader-stream", None).await;
+    // A Quorum stream led by the same broker, so one kill hits both.
+    let mut quorum = None;
+    for i in 0..20 {
+        let name = format!("quorum-stream-{i}");
+        create_stream(&client, &name, "quorum", StreamConfig::default()).await;
+        if cluster.leader(&client, &name, None).await == x {
+            quorum = Some(name);
+            break;
+        }
+    }
+    let quorum = quorum.expect("a quorum stream placed on the same leader");
+    publish_n(&client, "leader-stream", "l", 100).await;
+    publish_n(&client, &quorum, "q", 100).await;
+
+    cluster.node(x).kill();
+
+    // Quorum: a replica holding everything acknowledged takes over, and nothing is lost.
+    publish_n(&client, &quorum, "q-after", 10).await;
+    let q = read_all(&client, &quorum, 110).await;
+    let expected: Vec<String> = (0..100)
+        .map(|i| format!("q-{i}"))
+        .chain((0..10).map(|i| format!("q-after-{i}")))
+        .collect();
+    assert_eq!(
+        q.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+        expected
+    );
+    let new_leader = cluster.leader(&client, &quorum, Some(x)).await;
+    assert_ne!(new_leader, x);
+
+    // Leader: nobody else may hold the acknowledged records, so it waits for its broker.
+    let impatient = cluster.client(Duration::from_secs(3)).await;
+    match impatient
+        .publish_to_shard("t", "ns", "leader-stream", 0, &[Message::new("l-during")])
+        .await
+    {
+        Err(ClientError::Broker(e)) => assert_eq!(
+            e.code,
+            codes::SHARD_UNAVAILABLE,
+            "a Leader stream without its leader must be unavailable, got {e}"
+        ),
+        Err(e) => panic!("a Leader stream without its leader: unexpected {e}"),
+        Ok(p) => panic!("a Leader stream accepted a write without its leader: {p:?}"),
+    }
+    let topology = client
+        .topology("t", "ns", "leader-stream")
+        .await
+        .expect("topology");
+    assert_eq!(
+        topology.leader(0).map(|(id, _)| id),
+        Some(x),
+        "a Leader shard was promoted"
+    );
+
+    // The old leader returns with its disk: the Leader stream has lost nothing.
+    cluster.node(x).restart().await;
+    publish_n(&client, "leader-stream", "l-after", 10).await;
+    let l = read_all(&client, "leader-stream", 110).await;
+    let expected: Vec<String> = (0..100)
+        .map(|i| format!("l-{i}"))
+        .chain((0..10).map(|i| format!("l-after-{i}")))
+        .collect();
+    assert_eq!(
+        l.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
+        expected
+    );
+}
+
+/// The next offset a broker's own copy of shard 0 holds (its local log).
+async fn local_next_offset(broker: &Broker, stream: &str) -> u64 {
+    let info = broker
+        .client()
+        .await
+        .describe_stream("t", "ns", stream)
+        .await
+        .expect("describe on one broker");
+    info.shards.first().map_or(0, |s| s.next_offset)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_store() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client(Duration::from_secs(30)).await;
+    // Small segments, uploaded at once and then dropped from the leader's disk.
+    let config = StreamConfig {
+        segment_bytes: Some(4096),
+        hot_retention_bytes: Some(0),
+        ..StreamConfig::default()
+    };
+    create_stream(&client, "catchup", "quorum", config).await;
+    let leader = cluster.leader(&client, "catchup", None).await;
+    let follower = (1..=3).find(|b| *b != leader).expect("a follower");
+    publish_n(&client, "catchup", "a", 50).await;
+    cluster.node(follower).kill();
+    publish_n(&client, "catchup", "b", 400).await;
+
+    // The leader moves what it uploaded off its disk while the follower is away.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let info = cluster
+            .node(leader)
+            .client()
+            .await
+            .describe_stream("t", "ns", "catchup")
+            .await;
+        let hot_first = info.expect("describe").shards[0].hot_first_offset;
+        if hot_first > 50 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the leader kept its early segments"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    cluster.node(follower).restart().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while local_next_offset(cluster.node(follower), "catchup").await < 450 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the returning follower did not catch up within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Its own copy holds the same records: read its log files once it is stopped.
+    cluster.node(follower).kill();
+    let dir = cluster
+        .node(follower)
+        .data_dir()
+        .join("streams/t/ns/catchup/0");
+    let log = felix_hot::ShardLog::open(&dir, felix_hot::LogConfig::default())
+        .expect("open the follower's log");
+    let mut payloads = Vec::new();
+    let mut from = log.first_offset();
+    assert_eq!(from, 0, "the follower's copy starts at offset 0");
+    while from < log.committed_offset() {
+        let read = log
+            .read(from, 1 << 20, None)
+            .expect("read the follower's log");
+        let bytes = bytes::Bytes::from(read.batches);
+        for item in felix_wire::BatchIter::new(&bytes, usize::MAX) {
+            let (_, batch) = item.expect("a whole batch");
+            let decoded = felix_wire::DecodedBatch::decode(batch, 1 << 24).expect("decode");
+            for r in decoded.records {
+                assert_eq!(r.offset as usize, payloads.len(), "offsets are dense");
+                payloads.push(String::from_utf8_lossy(&r.value.unwrap_or_default()).into_owned());
+            }
+        }
+        from = read.next_offset;
+    }
+    let expected: Vec<String> = (0..50)
+        .map(|i| format!("a-{i}"))
+        .chain((0..400).map(|i| format!("b-{i}")))
+        .collect();
+    assert_eq!(payloads, expected);
+}
