@@ -282,6 +282,31 @@ async fn become_leader(
     let log = shard.log.as_ref().ok_or("not a durable shard")?;
     let start = p.epoch_start(p.generation).unwrap_or(0);
     let next = log.next_offset();
+    // Leading again at the generation the log already has (a restart): everything in it
+    // was written by this leader in this generation or earlier and kept; nothing to cut.
+    let same_generation = log.generation() >= 0 && log.generation() as u64 >= p.generation;
+    if same_generation {
+        log.set_generation(p.generation as i32)
+            .map_err(|e| e.to_string())?;
+        repl.followers.lock().clear();
+        let visible = if broker.is_quorum(&shard.key) {
+            broker
+                .meta()
+                .replication(&shard.key)
+                .filter(|r| r.generation == p.generation)
+                .map_or(start, |r| r.committed)
+                .max(start)
+        } else {
+            log.committed_offset()
+        };
+        repl.visible.send_replace(visible);
+        shard.reset_fanout(visible);
+        broker.refresh_manifest(shard).await;
+        repl.role.send_replace(Role::Leader {
+            generation: p.generation,
+        });
+        return Ok(());
+    }
     if next < start {
         return Err(format!(
             "the local log ends at {next}, below the committed mark {start}; \

@@ -321,10 +321,13 @@ async fn quorum_acks_survive_a_leader_paused_past_its_lease() {
     acked_write_audit(Fault::PauseLeader).await;
 }
 
-/// Publishes `n` records `prefix-i`, one acknowledged batch of one record each.
+/// Publishes `n` records `prefix-i`, one acknowledged batch of one record each, through an
+/// idempotent producer: a publish whose outcome was unknown (sent to a broker just killed)
+/// is re-sent under its sequence and still lands once.
 async fn publish_n(client: &ClusterClient, stream: &str, prefix: &str, n: usize) {
+    let producer = client.idempotent_producer().await.expect("producer id");
     for i in 0..n {
-        client
+        producer
             .publish_to_shard(
                 "t",
                 "ns",
@@ -392,7 +395,7 @@ async fn the_same_fault_on_a_leader_and_a_quorum_stream() {
         .await
         .expect("topology");
     assert_eq!(
-        topology.leader(0).map(|(id, _)| id),
+        topology.shard(0).and_then(|r| r.leader),
         Some(x),
         "a Leader shard was promoted"
     );
@@ -468,7 +471,8 @@ async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_stor
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    // Its own copy holds the same records: read its log files once it is stopped.
+    // Its own copy holds the same records from where it starts; what lies below is in the
+    // object store (a replica keeps locally only what is not uploaded yet).
     cluster.node(follower).kill();
     let dir = cluster
         .node(follower)
@@ -476,9 +480,23 @@ async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_stor
         .join("streams/t/ns/catchup/0");
     let log = felix_hot::ShardLog::open(&dir, felix_hot::LogConfig::default())
         .expect("open the follower's log");
+    let first = log.first_offset();
+    let segments = client
+        .list_segments("t", "ns", "catchup")
+        .await
+        .expect("segments");
+    let uploaded_end = segments
+        .iter()
+        .filter(|s| s.tier == "cold")
+        .map(|s| s.last_offset + 1)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        first <= uploaded_end,
+        "the follower's copy starts at {first}, but objects cover only [0, {uploaded_end})"
+    );
     let mut payloads = Vec::new();
-    let mut from = log.first_offset();
-    assert_eq!(from, 0, "the follower's copy starts at offset 0");
+    let mut from = first;
     while from < log.committed_offset() {
         let read = log
             .read(from, 1 << 20, None)
@@ -488,7 +506,11 @@ async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_stor
             let (_, batch) = item.expect("a whole batch");
             let decoded = felix_wire::DecodedBatch::decode(batch, 1 << 24).expect("decode");
             for r in decoded.records {
-                assert_eq!(r.offset as usize, payloads.len(), "offsets are dense");
+                assert_eq!(
+                    r.offset as u64,
+                    first + payloads.len() as u64,
+                    "offsets are dense"
+                );
                 payloads.push(String::from_utf8_lossy(&r.value.unwrap_or_default()).into_owned());
             }
         }
@@ -497,6 +519,12 @@ async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_stor
     let expected: Vec<String> = (0..50)
         .map(|i| format!("a-{i}"))
         .chain((0..400).map(|i| format!("b-{i}")))
+        .skip(first as usize)
         .collect();
+    assert_eq!(
+        payloads.len(),
+        expected.len(),
+        "the follower holds [{first}, 450)"
+    );
     assert_eq!(payloads, expected);
 }
