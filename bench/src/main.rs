@@ -14,6 +14,10 @@
 //! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
 //!   `bench/pubsub-vs-nats.sh`.
 
+// Results carry the wire's `ErrorBody` inline (~150 bytes since it can name a shard's
+// leader). Errors are the rare path; boxing would change the type every caller matches on.
+#![allow(clippy::result_large_err)]
+
 mod catchup_scenario;
 mod log_scenario;
 mod meta_scenario;

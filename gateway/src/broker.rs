@@ -2375,7 +2375,12 @@ async fn run_retention(
         let acked_end = match &repl {
             None => tier.log.committed_offset(),
             Some(r) if r.leading().is_some() => *r.visible.borrow(),
-            Some(_) => continue,
+            Some(_) => {
+                if let Err(e) = follower_retention(&tier, &meta, &s) {
+                    warn!(shard = %tier.key, error = %e, "replica retention failed; retrying later");
+                }
+                continue;
+            }
         };
         match retention::enforce(&tier, &meta, &s, acked_end, now_ms).await {
             Ok(r) if r.objects_deleted + r.segments_deleted > 0 => {
@@ -2386,6 +2391,38 @@ async fn run_retention(
             Err(e) => warn!(shard = %tier.key, error = %e, "retention pass failed; retrying later"),
         }
     }
+}
+
+/// Retention of a replica that does not lead: it follows the manifest the leader keeps
+/// (refreshed from the control plane) and drops local segments the object store covers under
+/// the stream's hot retention; a stream without tiering applies its retention to the copy.
+fn follower_retention(
+    tier: &TieredShard,
+    meta: &MetaHandle,
+    settings: &StreamSettings,
+) -> Result<(), LogError> {
+    let state = meta.local(|s| ManifestState {
+        objects: s.manifests.get(&tier.key).cloned().unwrap_or_default(),
+        floor: s.manifest_floors.get(&tier.key).copied().unwrap_or(0),
+    });
+    let (uploaded_end, floor) = (state.uploaded_end(), state.floor);
+    tier.log.mark_uploaded_below(uploaded_end);
+    tier.manifest.replace(state);
+    let policy = |bytes: Option<u64>, ms: Option<u64>| felix_hot::RetentionPolicy {
+        max_bytes: bytes,
+        max_age: ms.map(Duration::from_millis),
+    };
+    if settings.tiered {
+        tier.log.alter(|c| {
+            c.retention = policy(settings.hot_retention_bytes, settings.hot_retention_ms)
+        });
+        tier.log.enforce_retention_with_floor(uploaded_end, floor)?;
+    } else {
+        tier.log
+            .alter(|c| c.retention = policy(settings.retention_bytes, settings.retention_ms));
+        tier.log.enforce_retention(tier.log.committed_offset())?;
+    }
+    Ok(())
 }
 
 /// Follows a durable shard's log: offers every committed batch, in offset order, to the

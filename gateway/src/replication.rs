@@ -445,8 +445,11 @@ async fn follow(
     };
     // Records of an older generation past that generation's end were never committed.
     let mine = log.generation();
-    if mine >= 0 && (mine as u64) < generation {
-        if let Some(end) = placement.epoch_end(mine as u64) {
+    if mine >= 0
+        && (mine as u64) < generation
+        && let Some(end) = placement.epoch_end(mine as u64)
+    {
+        {
             let next = log.next_offset();
             if next > end {
                 match log.truncate_to(end).await {

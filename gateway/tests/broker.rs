@@ -4,6 +4,9 @@
 //! clients. One binary; each area is a module under `tests/broker/`, sharing the process
 //! harness in `common`.
 
+// Results carry the client's errors, which hold the wire's `ErrorBody` inline.
+#![allow(clippy::result_large_err)]
+
 mod broker {
     mod backpressure;
     mod bad_input;

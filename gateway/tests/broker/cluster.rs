@@ -481,7 +481,11 @@ async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_stor
     let log = felix_hot::ShardLog::open(&dir, felix_hot::LogConfig::default())
         .expect("open the follower's log");
     let first = log.first_offset();
-    let segments = client
+    // The leader's view of the manifest (a follower refreshes its copy only now and then).
+    let segments = cluster
+        .node(leader)
+        .client()
+        .await
         .list_segments("t", "ns", "catchup")
         .await
         .expect("segments");
