@@ -73,6 +73,10 @@ pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>) -> Router {
             "/v1/streams/{tenant}/{namespace}/{stream}/segments",
             get(list_segments),
         )
+        .route(
+            "/v1/faults/isolate",
+            axum::routing::post(isolate).delete(heal),
+        )
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(AdminState { broker, metrics })
@@ -171,6 +175,34 @@ async fn healthz(State(state): State<AdminState>) -> (StatusCode, &'static str) 
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
     }
+}
+
+/// Fault injection (`FELIX_FAULT_INJECTION=1` only): cuts this node off the internal
+/// network (`POST`) or heals the cut (`DELETE`); see `felix_meta::faults`.
+async fn isolate() -> Result<&'static str, ApiError> {
+    fault_injection_enabled()?;
+    felix_meta::faults::set_isolated(true);
+    Ok("isolated")
+}
+
+async fn heal() -> Result<&'static str, ApiError> {
+    fault_injection_enabled()?;
+    felix_meta::faults::set_isolated(false);
+    Ok("healed")
+}
+
+fn fault_injection_enabled() -> Result<(), ApiError> {
+    if std::env::var("FELIX_FAULT_INJECTION").is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    Err(ApiError {
+        status: StatusCode::NOT_FOUND,
+        body: ErrorBody::new(
+            codes::BAD_REQUEST,
+            "bad_request",
+            "fault injection is off (start the broker with FELIX_FAULT_INJECTION=1)",
+        ),
+    })
 }
 
 async fn no_route() -> ApiError {

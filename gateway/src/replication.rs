@@ -678,6 +678,11 @@ impl Default for ReplClient {
 
 impl ReplClient {
     pub async fn fetch(&self, addr: &str, req: &FetchRequest) -> Result<Bytes, FetchError> {
+        if felix_meta::faults::isolated() {
+            return Err(FetchError::Failed(
+                "this node is cut off the network (fault injection)".into(),
+            ));
+        }
         let body = serde_json::to_vec(req).map_err(|e| FetchError::Failed(e.to_string()))?;
         let request = hyper::Request::post(format!("http://{addr}/repl/fetch"))
             .header("content-type", "application/json")

@@ -12,10 +12,12 @@
 //! * [`handle`] — [`MetaHandle`], the API the rest of Felix uses: propose (batched),
 //!   linearizable reads, a watch of the registry, membership changes, leases.
 //! * [`lease`] — shard-leader leases, granted by the meta leader.
+//! * [`faults`] — cutting a node off the internal network, for cluster tests.
 //! * [`controller`] — failover: on the meta leader, marks brokers whose lease lapsed dead,
 //!   places unplaced shards and promotes a new shard leader when one dies.
 
 pub mod controller;
+pub mod faults;
 pub mod handle;
 pub mod lease;
 pub mod log_store;

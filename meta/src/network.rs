@@ -461,6 +461,11 @@ impl PeerClient {
         body: Option<Vec<u8>>,
         timeout: Duration,
     ) -> Result<(u16, Bytes), CallError> {
+        if crate::faults::isolated() {
+            return Err(CallError::Connect(format!(
+                "{addr}{path}: this node is cut off the network (fault injection)"
+            )));
+        }
         let mut req = Request::builder()
             .method(method)
             .uri(format!("http://{addr}{path}"));

@@ -338,6 +338,18 @@ impl MetaNode {
         if let Some(extra) = config.extra_routes.clone() {
             router = router.merge(extra);
         }
+        // A node cut off by fault injection refuses everything it receives.
+        router = router.layer(axum::middleware::from_fn(
+            |req: axum::extract::Request, next: axum::middleware::Next| async move {
+                if crate::faults::isolated() {
+                    return axum::response::IntoResponse::into_response((
+                        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                        "cut off the network (fault injection)",
+                    ));
+                }
+                next.run(req).await
+            },
+        ));
         let server = tokio::spawn(async move {
             crate::network::serve(listener, router, async move {
                 let _ = shutdown_rx.wait_for(|s| *s).await;

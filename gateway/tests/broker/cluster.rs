@@ -19,7 +19,7 @@ use felix_client::{
 };
 use tokio::sync::Mutex;
 
-use super::common::{Broker, BrokerOptions, PATIENCE, free_tcp_addr};
+use super::common::{Broker, BrokerOptions, PATIENCE, free_tcp_addr, http_request};
 
 /// Short leases so a failover takes seconds, not the default ten.
 const LEASE_MS: u64 = 1500;
@@ -44,6 +44,7 @@ impl Cluster {
             let options = BrokerOptions::new()
                 .member(i as u64 + 1, &spec, *addr)
                 .env("FELIX_LEASE_MS", LEASE_MS)
+                .env("FELIX_FAULT_INJECTION", 1)
                 .env(
                     "FELIX_OBJECT_STORE",
                     format!("file://{}", objects.path().display()),
@@ -531,4 +532,98 @@ async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_stor
         "the follower holds [{first}, 450)"
     );
     assert_eq!(payloads, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_cut_off_the_network_acknowledges_nothing_its_successor_does_not_keep() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client(Duration::from_secs(30)).await;
+    let stream = "cut";
+    create_stream(&client, stream, "quorum", StreamConfig::default()).await;
+    let x = cluster.leader(&client, stream, None).await;
+    let other = (1..=3).find(|b| *b != x).expect("another broker");
+
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let mut tasks = start_publishers(&client, stream, &ledger, &stop);
+    // One more publisher talks to the old leader only, whatever happens: anything it is
+    // told was stored must still be there at that offset at the end.
+    let direct = cluster.node(x).client().await;
+    {
+        let (ledger, stop) = (ledger.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0.. {
+                if *stop.borrow() {
+                    return;
+                }
+                let id = format!("direct-{i}");
+                let r = direct
+                    .publish_batch(
+                        "t",
+                        "ns",
+                        stream,
+                        vec![Message::new(id.clone())],
+                        felix_client::AckMode::Batch,
+                    )
+                    .await;
+                let mut l = ledger.lock().await;
+                match r {
+                    Ok(p) if !p.is_empty() => {
+                        l.acked.insert(id, p[0].base_offset);
+                    }
+                    _ => {
+                        l.uncertain.insert(id);
+                        drop(l);
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                }
+            }
+        }));
+    }
+    wait_acked(&ledger, 150, "before the cut").await;
+
+    let (status, body) = http_request(cluster.node(x).admin_addr, "POST", "/v1/faults/isolate")
+        .await
+        .expect("isolate");
+    assert_eq!(status, 200, "isolate: {body}");
+    // The rest of the cluster moves the shard; ask a broker on that side.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let new_leader = loop {
+        let t = cluster
+            .node(other)
+            .client()
+            .await
+            .topology("t", "ns", stream)
+            .await;
+        if let Some(l) = t.ok().and_then(|t| t.shard(0).and_then(|r| r.leader))
+            && l != x
+        {
+            break l;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no failover away from the cut leader"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let n = ledger.lock().await.acked.len();
+    wait_acked(&ledger, n + 150, "after the cut").await;
+
+    let (status, body) = http_request(cluster.node(x).admin_addr, "DELETE", "/v1/faults/isolate")
+        .await
+        .expect("heal");
+    assert_eq!(status, 200, "heal: {body}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop_tx.send(true).expect("stop publishers");
+    for t in tasks {
+        t.await.expect("publisher task");
+    }
+    let ledger = ledger.lock().await;
+    let end = ledger.acked.values().max().copied().unwrap_or(0) + 1;
+    let records = read_all(&client, stream, end).await;
+    audit(
+        &records,
+        &ledger,
+        &format!("cut leader {x}, new leader {new_leader}"),
+    );
 }

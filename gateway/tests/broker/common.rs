@@ -292,9 +292,20 @@ fn tail(path: &Path, n: usize) -> String {
 
 /// A plain HTTP/1.1 GET: the status and body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    http_request(addr, "GET", path).await
+}
+
+/// A plain HTTP/1.1 request without a body: the status and body.
+pub async fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
     let fut = async {
         let mut s = tokio::net::TcpStream::connect(addr).await?;
-        let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
         s.write_all(req.as_bytes()).await?;
         let mut buf = Vec::new();
         s.read_to_end(&mut buf).await?;
