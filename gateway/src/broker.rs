@@ -582,6 +582,16 @@ pub struct ShardRead {
     pub high_watermark: u64,
 }
 
+/// One shard's placement as the Kafka listener describes a partition.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionRoute {
+    /// The leader, if it is alive.
+    pub leader: Option<u64>,
+    pub generation: u64,
+    pub replicas: Vec<u64>,
+    pub in_sync: Vec<u64>,
+}
+
 /// The broker's state.
 pub struct Broker {
     config: BrokerConfig,
@@ -848,7 +858,10 @@ impl Broker {
                 .map(consistency)
                 .transpose()?
                 .unwrap_or_default(),
-            replicas: config.replicas.unwrap_or(1),
+            // Three copies in a cluster (fewer if it is smaller), one on a single node.
+            replicas: config
+                .replicas
+                .unwrap_or(self.config.cluster.len().clamp(1, 3) as u32),
             shards: config.shards.unwrap_or(1),
             segment_bytes: config.segment_bytes.unwrap_or(self.config.segment_bytes),
             segment_ms: config.segment_ms.unwrap_or(self.config.segment_ms),
@@ -2140,6 +2153,65 @@ impl Broker {
             });
         }
         Ok((shards, brokers))
+    }
+
+    /// In a cluster, each shard's leader, generation, replicas and the replicas known to
+    /// hold everything committed (Kafka's ISR); `None` on a single node.
+    pub fn partition_routes(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+        shards: u32,
+    ) -> Option<Vec<PartitionRoute>> {
+        if !self.cluster {
+            return None;
+        }
+        let reg = self.registry.borrow();
+        let routes = (0..shards)
+            .map(|k| {
+                let key = ShardKey {
+                    tenant: tenant.to_owned(),
+                    namespace: namespace.to_owned(),
+                    stream: name.to_owned(),
+                    shard: k,
+                };
+                let Some(p) = reg.placements.get(&key) else {
+                    return PartitionRoute::default();
+                };
+                let in_sync = self
+                    .meta
+                    .replication(&key)
+                    .filter(|r| r.generation == p.generation)
+                    .map(|r| r.in_sync.into_iter().collect())
+                    .unwrap_or_else(|| p.replicas.clone());
+                PartitionRoute {
+                    leader: p
+                        .leader
+                        .filter(|l| reg.brokers.get(l).is_some_and(|b| b.alive)),
+                    generation: p.generation,
+                    replicas: p.replicas.clone(),
+                    in_sync,
+                }
+            })
+            .collect();
+        Some(routes)
+    }
+
+    /// In a cluster, every registered broker's id, Kafka address and liveness; `None` on a
+    /// single node.
+    pub fn kafka_brokers(&self) -> Option<Vec<(u64, Option<String>, bool)>> {
+        if !self.cluster {
+            return None;
+        }
+        Some(
+            self.registry
+                .borrow()
+                .brokers
+                .values()
+                .map(|b| (b.id, b.kafka_addr.clone(), b.alive))
+                .collect(),
+        )
     }
 
     /// Stops accepting publishes, ends subscriptions and flushes every durable shard.

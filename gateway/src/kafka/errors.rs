@@ -23,8 +23,9 @@ pub fn kafka_error(e: &ErrorBody) -> ResponseError {
         codes::SHARD_UNAVAILABLE if e.reason == "cold_tier_unavailable" => {
             ResponseError::KafkaStorageError
         }
-        // Stopping, closed or fenced: the client refreshes metadata and retries.
-        codes::SHARD_UNAVAILABLE => ResponseError::NotLeaderOrFollower,
+        // Stopping, closed, fenced or led elsewhere: the client refreshes metadata and
+        // retries.
+        codes::SHARD_UNAVAILABLE | codes::NOT_LEADER => ResponseError::NotLeaderOrFollower,
         // Written here, not confirmed by a quorum: the outcome is unknown.
         codes::QUORUM_TIMEOUT => ResponseError::NotEnoughReplicasAfterAppend,
         codes::METADATA_UNAVAILABLE => ResponseError::LeaderNotAvailable,

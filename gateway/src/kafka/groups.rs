@@ -39,11 +39,11 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponsePartition, OffsetFetchResponseTopic,
 };
 use kafka_protocol::messages::{
-    DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse,
-    GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    SyncGroupRequest, SyncGroupResponse, TopicName,
+    BrokerId, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest,
+    ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use parking_lot::Mutex;
@@ -933,6 +933,11 @@ pub fn find_coordinator(
     let me = broker_id(kafka);
     let host = sb(&advertised.ip().to_string());
     let port = i32::from(advertised.port());
+    // In a cluster every broker names the same coordinator for a group, so all its members
+    // meet on one broker (whose local log keeps the group's offsets).
+    let coordinator_of = |key: &str| -> (BrokerId, StrBytes, i32) {
+        cluster_coordinator(kafka, key).unwrap_or((me, host.clone(), port))
+    };
     let refusal = |key_type: i8| {
         (key_type != 0).then_some((
             ResponseError::InvalidRequest,
@@ -951,7 +956,10 @@ pub fn find_coordinator(
                         .with_port(-1)
                         .with_error_code(error.code())
                         .with_error_message(Some(StrBytes::from_static_str(message))),
-                    None => c.with_node_id(me).with_host(host.clone()).with_port(port),
+                    None => {
+                        let (id, host, port) = coordinator_of(key);
+                        c.with_node_id(id).with_host(host).with_port(port)
+                    }
                 }
             })
             .collect();
@@ -963,11 +971,40 @@ pub fn find_coordinator(
             .with_error_message(Some(StrBytes::from_static_str(message)))
             .with_node_id((-1).into())
             .with_port(-1),
-        None => FindCoordinatorResponse::default()
-            .with_node_id(me)
-            .with_host(host)
-            .with_port(port),
+        None => {
+            let (id, host, port) = coordinator_of(&request.key);
+            FindCoordinatorResponse::default()
+                .with_node_id(id)
+                .with_host(host)
+                .with_port(port)
+        }
     }
+}
+
+/// A cluster's coordinator for `key`: one of the live brokers with a Kafka listener, chosen
+/// by a stable hash of the key (FNV-1a) so every broker answers the same. `None` on a
+/// single node.
+fn cluster_coordinator(kafka: &Kafka, key: &str) -> Option<(BrokerId, StrBytes, i32)> {
+    let mut live: Vec<(u64, SocketAddr)> = kafka
+        .broker
+        .kafka_brokers()?
+        .into_iter()
+        .filter(|(_, _, alive)| *alive)
+        .filter_map(|(id, addr, _)| Some((id, addr?.parse().ok()?)))
+        .collect();
+    if live.is_empty() {
+        return None;
+    }
+    live.sort_by_key(|(id, _)| *id);
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let (id, addr) = live[(hash % live.len() as u64) as usize];
+    Some((
+        BrokerId(i32::try_from(id).ok()?),
+        sb(&addr.ip().to_string()),
+        i32::from(addr.port()),
+    ))
 }
 
 /// ListGroups: groups with members, and groups known only by their committed offsets.

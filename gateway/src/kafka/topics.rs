@@ -133,19 +133,41 @@ fn topic_name(s: &str) -> TopicName {
     TopicName(str_bytes(s))
 }
 
-/// A topic's metadata entry: one partition per shard, all led by this broker.
+/// A topic's metadata entry: one partition per shard, led by this broker on a single node
+/// and by each shard's leader in a cluster.
 fn topic_entry(kafka: &Kafka, shape: &StreamShape) -> MetadataResponseTopic {
     let me = broker_id(kafka);
+    let s = &kafka.settings;
+    let routes = kafka
+        .broker
+        .partition_routes(&s.tenant, &s.namespace, &shape.name, shape.shards);
+    let id = |b: u64| BrokerId(i32::try_from(b).unwrap_or(i32::MAX));
     let partitions = (0..shape.shards)
         .map(|p| {
-            MetadataResponsePartition::default()
-                .with_partition_index(p as i32)
-                .with_leader_id(me)
-                // Unknown: clients then skip leader-epoch fencing, which a single leader
-                // does not need.
-                .with_leader_epoch(-1)
-                .with_replica_nodes(vec![me])
-                .with_isr_nodes(vec![me])
+            let partition = MetadataResponsePartition::default().with_partition_index(p as i32);
+            match routes.as_ref().and_then(|r| r.get(p as usize)) {
+                None => partition
+                    .with_leader_id(me)
+                    // Unknown: clients then skip leader-epoch fencing, which a single
+                    // leader does not need.
+                    .with_leader_epoch(-1)
+                    .with_replica_nodes(vec![me])
+                    .with_isr_nodes(vec![me]),
+                Some(route) => {
+                    let partition = partition
+                        .with_leader_epoch(i32::try_from(route.generation).unwrap_or(-1))
+                        .with_replica_nodes(route.replicas.iter().map(|b| id(*b)).collect())
+                        .with_isr_nodes(route.in_sync.iter().map(|b| id(*b)).collect());
+                    match route.leader {
+                        Some(leader) => partition.with_leader_id(id(leader)),
+                        // No live leader (a Leader stream waiting for its broker, or a
+                        // failover under way): the client retries after a refresh.
+                        None => partition
+                            .with_leader_id(BrokerId(-1))
+                            .with_error_code(ResponseError::LeaderNotAvailable.code()),
+                    }
+                }
+            }
         })
         .collect();
     let s = &kafka.settings;
@@ -171,12 +193,27 @@ pub async fn metadata(
 ) -> MetadataResponse {
     let s = &kafka.settings;
     let me = broker_id(kafka);
-    let brokers = vec![
-        MetadataResponseBroker::default()
-            .with_node_id(me)
-            .with_host(str_bytes(&advertised.ip().to_string()))
-            .with_port(i32::from(advertised.port())),
-    ];
+    let brokers = match kafka.broker.kafka_brokers() {
+        // A cluster: every broker with a Kafka listener, at the address it registered.
+        Some(all) => all
+            .into_iter()
+            .filter_map(|(id, addr, _)| {
+                let addr: SocketAddr = addr?.parse().ok()?;
+                Some(
+                    MetadataResponseBroker::default()
+                        .with_node_id(BrokerId(i32::try_from(id).ok()?))
+                        .with_host(str_bytes(&addr.ip().to_string()))
+                        .with_port(i32::from(addr.port())),
+                )
+            })
+            .collect(),
+        None => vec![
+            MetadataResponseBroker::default()
+                .with_node_id(me)
+                .with_host(str_bytes(&advertised.ip().to_string()))
+                .with_port(i32::from(advertised.port())),
+        ],
+    };
     // Kafka's rule: before v4 a Metadata request may always create topics.
     let create = version < 4 || request.allow_auto_topic_creation;
     let requested = match request.topics {

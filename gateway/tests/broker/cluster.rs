@@ -25,13 +25,13 @@ use super::common::{Broker, BrokerOptions, PATIENCE, free_tcp_addr, http_request
 const LEASE_MS: u64 = 1500;
 
 /// A cluster of brokers with node ids 1..=n, sharing one object store directory.
-struct Cluster {
-    brokers: Vec<Broker>,
+pub(super) struct Cluster {
+    pub(super) brokers: Vec<Broker>,
     _objects: tempfile::TempDir,
 }
 
 impl Cluster {
-    async fn start(n: u64) -> Cluster {
+    pub(super) async fn start(n: u64) -> Cluster {
         let objects = tempfile::tempdir().expect("object store dir");
         let internal: Vec<SocketAddr> = (0..n).map(|_| free_tcp_addr()).collect();
         let spec = internal
@@ -59,7 +59,7 @@ impl Cluster {
         }
     }
 
-    fn node(&mut self, id: u64) -> &mut Broker {
+    pub(super) fn node(&mut self, id: u64) -> &mut Broker {
         &mut self.brokers[id as usize - 1]
     }
 
@@ -70,7 +70,7 @@ impl Cluster {
             .collect()
     }
 
-    async fn client(&self, request_timeout: Duration) -> ClusterClient {
+    pub(super) async fn client(&self, request_timeout: Duration) -> ClusterClient {
         let config = ClientConfig {
             request_timeout,
             ..ClientConfig::default()

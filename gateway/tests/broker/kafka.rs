@@ -810,3 +810,112 @@ async fn topic_configs_are_stream_settings_through_the_admin_api() {
         "{refused}"
     );
 }
+
+/// A Kafka client bootstrapped on one broker of a cluster finds each partition's leader
+/// through Metadata, produces to it, and reads every record back through another broker;
+/// after the leader of one partition is killed it keeps producing to the new leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_produces_to_each_partition_leader_of_a_cluster() {
+    const N: usize = 3_000;
+    const PARTITIONS: u32 = 3;
+    let mut cluster = super::cluster::Cluster::start(3).await;
+    let client = cluster.client(Duration::from_secs(30)).await;
+    client
+        .create_stream(
+            "default",
+            "default",
+            "orders",
+            felix_client::StreamConfig {
+                durable: Some(true),
+                shards: Some(PARTITIONS),
+                consistency: Some("quorum".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("create stream");
+    let topology = client
+        .topology("default", "default", "orders")
+        .await
+        .expect("topology");
+    let kcat = Kcat::new(Librdkafka::Wheel).await;
+    let produce = |from: usize, to: usize, bootstrap: String| {
+        let input: String = (from..to)
+            .map(|i| format!("key-{i}\tvalue-{i}\n"))
+            .collect();
+        let kcat = &kcat;
+        async move {
+            let (ok, out, err) = kcat
+                .run(
+                    &[
+                        "-b",
+                        &bootstrap,
+                        "-P",
+                        "-t",
+                        "orders",
+                        "-K",
+                        "\t",
+                        "-X",
+                        "partitioner=murmur2_random",
+                        "-X",
+                        "enable.idempotence=true",
+                        "-X",
+                        "message.timeout.ms=60000",
+                    ],
+                    Some(&input),
+                )
+                .await;
+            assert!(ok, "kcat -P failed: {out}{err}");
+            assert!(!err.contains("Delivery failed"), "kcat -P: {err}");
+        }
+    };
+    // Bootstrapped on broker 1, which does not lead every partition.
+    produce(0, N / 2, cluster.node(1).kafka_addr.to_string()).await;
+    // The leader of partition 0 dies; a Kafka producer follows the metadata to its successor.
+    let victim = topology.leader(0).map(|(id, _)| id).expect("a leader");
+    cluster.node(victim).kill();
+    let survivor = (1..=3).find(|b| *b != victim).expect("a survivor");
+    produce(N / 2, N, cluster.node(survivor).kafka_addr.to_string()).await;
+
+    let (ok, out, err) = kcat
+        .run(
+            &[
+                "-b",
+                &cluster.node(survivor).kafka_addr.to_string(),
+                "-C",
+                "-t",
+                "orders",
+                "-o",
+                "beginning",
+                "-e",
+                "-q",
+                "-f",
+                "%p\t%o\t%k\t%s\n",
+            ],
+            None,
+        )
+        .await;
+    assert!(ok, "kcat -C failed: {err}");
+    let mut next_offset: HashMap<u32, u64> = HashMap::new();
+    let mut seen = HashSet::new();
+    for line in out.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 4, "kcat -C line {line:?}");
+        let partition: u32 = fields[0].parse().expect("partition");
+        let offset: u64 = fields[1].parse().expect("offset");
+        let i: usize = fields[2]
+            .strip_prefix("key-")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected key {:?}", fields[2]));
+        assert_eq!(fields[3], format!("value-{i}"));
+        assert_eq!(partition, shard_for_key(fields[2].as_bytes(), PARTITIONS));
+        let expected = next_offset.entry(partition).or_insert(0);
+        assert_eq!(
+            offset, *expected,
+            "partition {partition}: offsets run without gaps"
+        );
+        *expected += 1;
+        assert!(seen.insert(i), "key-{i} read twice");
+    }
+    assert_eq!(seen.len(), N, "every record read back once ({err})");
+}
