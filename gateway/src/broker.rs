@@ -614,6 +614,8 @@ pub struct Broker {
     /// This broker, for tasks it starts from `&self`.
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
     lease: Arc<Lease>,
+    /// Forwards publishes to shard leaders.
+    forwarder: crate::replication::ReplClient,
 }
 
 fn settings_to_config(s: &StreamSettings) -> StreamConfig {
@@ -718,6 +720,7 @@ impl Broker {
             cluster: config.cluster.len() > 1,
             self_ref: std::sync::OnceLock::new(),
             lease: Arc::new(Lease::default()),
+            forwarder: crate::replication::ReplClient::default(),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         // A single node renews too, so the control plane's view of it stays alive.
@@ -1455,7 +1458,46 @@ impl Broker {
     /// Publishes the batches in `body` (one or more RecordBatch v2) to one shard. With
     /// `AckMode::None` nothing is answered (`Ok(None)`); otherwise the first and last
     /// offsets given.
+    ///
+    /// In a cluster, a publish for a shard another broker leads is forwarded to it over the
+    /// internal network and answered with its answer (it is checked again there).
     pub async fn publish(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+        ack: AckMode,
+        body: Bytes,
+    ) -> Result<Option<(u64, u64)>, ErrorBody> {
+        let result = self
+            .publish_here(tenant, namespace, stream, shard_no, ack, body.clone())
+            .await;
+        let leader = match &result {
+            Err(e) if self.cluster && e.code == codes::NOT_LEADER => e.leader,
+            _ => None,
+        };
+        let Some(addr) = leader.and_then(|l| self.internal_addr_of(l)) else {
+            return result;
+        };
+        let req = crate::replication::ForwardedPublish {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            stream: stream.to_owned(),
+            shard: shard_no,
+            ack,
+        };
+        // Long enough for a Quorum acknowledgement at the owner.
+        let timeout =
+            Duration::from_millis(self.config.publish_quorum_timeout_ms) + Duration::from_secs(5);
+        self.metrics.publishes_forwarded.inc();
+        self.forwarder
+            .forward_publish(&addr, &req, body, timeout)
+            .await
+    }
+
+    /// Publishes on this broker only (a forwarded publish lands here).
+    pub(crate) async fn publish_here(
         &self,
         tenant: &str,
         namespace: &str,

@@ -42,6 +42,7 @@ pub struct Metrics {
     pub connections_active: Gauge,
     pub acked_publishes_dropped: Counter,
     pub quorum_timeouts: Counter,
+    pub publishes_forwarded: Counter,
     pub frames_rejected: Counter,
     pub tier_store_up: Gauge,
     pub tier_upload_backlog_segments: Gauge,
@@ -79,6 +80,7 @@ impl Metrics {
             connections_active: Gauge::default(),
             acked_publishes_dropped: Counter::default(),
             quorum_timeouts: Counter::default(),
+            publishes_forwarded: Counter::default(),
             frames_rejected: Counter::default(),
             tier_store_up: Gauge::default(),
             tier_upload_backlog_segments: Gauge::default(),
@@ -156,6 +158,11 @@ impl Metrics {
             "felix_publish_quorum_timeouts",
             "Quorum publishes answered quorum_timeout (no majority confirmed in time)",
             m.quorum_timeouts.clone(),
+        );
+        registry.register(
+            "felix_publishes_forwarded",
+            "Publishes forwarded to the broker that leads their shard",
+            m.publishes_forwarded.clone(),
         );
         registry.register(
             "felix_frames_rejected",

@@ -35,6 +35,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
+use felix_wire::protocol::{ErrorBody, codes};
+
 use crate::broker::{Broker, Shard};
 
 /// The role this broker has for one shard.
@@ -590,7 +592,82 @@ pub type BrokerSlot = Arc<OnceLock<Weak<Broker>>>;
 pub fn router(slot: BrokerSlot) -> axum::Router {
     axum::Router::new()
         .route("/repl/fetch", post(serve_fetch))
+        .route("/repl/publish", post(serve_forwarded_publish))
         .with_state(slot)
+}
+
+/// A publish forwarded by a broker that does not lead the shard (the batches are the body).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForwardedPublish {
+    pub tenant: String,
+    pub namespace: String,
+    pub stream: String,
+    pub shard: u32,
+    pub ack: felix_wire::protocol::AckMode,
+}
+
+/// The owner's answer to a forwarded publish.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ForwardedAnswer {
+    Published { base_offset: u64, last_offset: u64 },
+    Done,
+    Error { error: ErrorBody },
+}
+
+/// Header carrying a forwarded publish's JSON description.
+const PUBLISH_HEADER: &str = "x-felix-publish";
+
+async fn serve_forwarded_publish(
+    State(slot): State<BrokerSlot>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Json<ForwardedAnswer> {
+    let refuse = |message: String| {
+        Json(ForwardedAnswer::Error {
+            error: ErrorBody::new(codes::BAD_REQUEST, "bad_request", message),
+        })
+    };
+    let Some(broker) = slot.get().and_then(Weak::upgrade) else {
+        return Json(ForwardedAnswer::Error {
+            error: ErrorBody::new(
+                codes::SHARD_UNAVAILABLE,
+                "starting",
+                "the broker is starting",
+            )
+            .retry_after(500),
+        });
+    };
+    let req: ForwardedPublish = match headers
+        .get(PUBLISH_HEADER)
+        .map(|v| serde_json::from_slice(v.as_bytes()))
+    {
+        Some(Ok(req)) => req,
+        Some(Err(e)) => return refuse(format!("bad {PUBLISH_HEADER} header: {e}")),
+        None => return refuse(format!("no {PUBLISH_HEADER} header")),
+    };
+    // Checked and applied here as if the client had sent it here: existence, limits,
+    // backpressure, leadership. Never forwarded again.
+    Json(
+        match broker
+            .publish_here(
+                &req.tenant,
+                &req.namespace,
+                &req.stream,
+                req.shard,
+                req.ack,
+                body,
+            )
+            .await
+        {
+            Ok(Some((base_offset, last_offset))) => ForwardedAnswer::Published {
+                base_offset,
+                last_offset,
+            },
+            Ok(None) => ForwardedAnswer::Done,
+            Err(error) => ForwardedAnswer::Error { error },
+        },
+    )
 }
 
 async fn serve_fetch(
@@ -677,6 +754,66 @@ impl Default for ReplClient {
 }
 
 impl ReplClient {
+    /// Forwards a publish to the shard's leader at `addr`. A failure to connect is a
+    /// refusal (nothing was sent); a failure after sending leaves the outcome unknown.
+    pub async fn forward_publish(
+        &self,
+        addr: &str,
+        req: &ForwardedPublish,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Option<(u64, u64)>, ErrorBody> {
+        let unknown = |m: String| {
+            ErrorBody::new(
+                codes::INTERNAL,
+                "forward_failed",
+                format!(
+                    "forwarding the publish to the shard's leader at {addr}: {m}; its outcome is unknown"
+                ),
+            )
+        };
+        if felix_meta::faults::isolated() {
+            return Err(ErrorBody::new(
+                codes::SHARD_UNAVAILABLE,
+                "leader_unreachable",
+                "this broker is cut off the network (fault injection)",
+            )
+            .retry_after(500));
+        }
+        let header = serde_json::to_string(req).map_err(|e| unknown(e.to_string()))?;
+        let request = hyper::Request::post(format!("http://{addr}/repl/publish"))
+            .header(PUBLISH_HEADER, header)
+            .body(Full::new(body))
+            .map_err(|e| unknown(e.to_string()))?;
+        let response = match tokio::time::timeout(timeout, self.http.request(request)).await {
+            Err(_) => return Err(unknown(format!("no answer within {timeout:?}"))),
+            Ok(Err(e)) if e.is_connect() => {
+                return Err(ErrorBody::new(
+                    codes::SHARD_UNAVAILABLE,
+                    "leader_unreachable",
+                    format!("cannot reach the shard's leader at {addr}: {e}"),
+                )
+                .retry_after(500));
+            }
+            Ok(Err(e)) => return Err(unknown(e.to_string())),
+            Ok(Ok(r)) => r,
+        };
+        let bytes = tokio::time::timeout(timeout, response.into_body().collect())
+            .await
+            .map_err(|_| unknown("the answer timed out".into()))?
+            .map_err(|e| unknown(e.to_string()))?
+            .to_bytes();
+        match serde_json::from_slice::<ForwardedAnswer>(&bytes) {
+            Ok(ForwardedAnswer::Published {
+                base_offset,
+                last_offset,
+            }) => Ok(Some((base_offset, last_offset))),
+            Ok(ForwardedAnswer::Done) => Ok(None),
+            Ok(ForwardedAnswer::Error { error }) => Err(error),
+            Err(e) => Err(unknown(format!("unreadable answer: {e}"))),
+        }
+    }
+
     pub async fn fetch(&self, addr: &str, req: &FetchRequest) -> Result<Bytes, FetchError> {
         if felix_meta::faults::isolated() {
             return Err(FetchError::Failed(

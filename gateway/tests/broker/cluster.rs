@@ -627,3 +627,43 @@ async fn a_leader_cut_off_the_network_acknowledges_nothing_its_successor_does_no
         &format!("cut leader {x}, new leader {new_leader}"),
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_forwards_publishes_for_shards_it_does_not_lead() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client(Duration::from_secs(30)).await;
+    create_stream(&client, "fwd", "quorum", StreamConfig::default()).await;
+    let leader = cluster.leader(&client, "fwd", None).await;
+    let follower = (1..=3).find(|b| *b != leader).expect("a follower");
+    // A plain client that knows only the follower.
+    let plain = cluster.node(follower).client().await;
+    for i in 0..20 {
+        let published = plain
+            .publish_batch(
+                "t",
+                "ns",
+                "fwd",
+                vec![Message::new(format!("f-{i}"))],
+                felix_client::AckMode::Batch,
+            )
+            .await
+            .expect("a publish through a follower");
+        assert_eq!(
+            published[0].base_offset, i,
+            "forwarded publishes get the leader's offsets"
+        );
+    }
+    let metrics = cluster.node(follower).metrics().await;
+    let forwarded = super::common::metric_lines(&metrics, "felix_publishes_forwarded_total");
+    assert_eq!(
+        forwarded.first().map(|l| super::common::metric_value(l)),
+        Some(20.0),
+        "{forwarded:?}"
+    );
+    let records = read_all(&client, "fwd", 20).await;
+    let payloads: Vec<String> = records.into_iter().map(|(_, p)| p).collect();
+    assert_eq!(
+        payloads,
+        (0..20).map(|i| format!("f-{i}")).collect::<Vec<_>>()
+    );
+}
