@@ -288,11 +288,24 @@ async fn register_broker(config: &BrokerConfig, meta: &MetaHandle) -> anyhow::Re
         .get(&config.node_id)
         .cloned()
         .unwrap_or_else(|| config.internal_addr.to_string());
+    // A listener bound to every interface is advertised at this node's cluster host (the
+    // address its peers reach it at), so clients and peers get a routable address.
+    let host = internal_addr
+        .rsplit_once(':')
+        .map_or(internal_addr.as_str(), |(h, _)| h)
+        .to_owned();
+    let advertised = |addr: SocketAddr| {
+        if addr.ip().is_unspecified() {
+            format!("{host}:{}", addr.port())
+        } else {
+            addr.to_string()
+        }
+    };
     let cmd = Command::RegisterBroker {
         broker: felix_meta::model::Broker {
             id: config.node_id,
-            client_addr: config.quic_addr.to_string(),
-            kafka_addr: Some(config.kafka_addr.to_string()),
+            client_addr: advertised(config.quic_addr),
+            kafka_addr: Some(advertised(config.kafka_addr)),
             internal_addr,
             zone: None,
             alive: true,
