@@ -165,12 +165,19 @@ impl<K: Hash + Eq + Clone, V> Lru<K, V> {
     }
 }
 
+/// One row group's decode, shared by everyone who asked for it meanwhile.
+type DecodeCell = Arc<tokio::sync::OnceCell<Arc<DecodedRowGroup>>>;
+
 struct Inner {
     store: TierStore,
     hybrid: HybridCache<String, Bytes>,
     /// By [`ObjectRef::id`].
     footers: Mutex<Lru<String, ObjectFooter>>,
     decoded: Mutex<Lru<(String, usize), DecodedRowGroup>>,
+    /// Row groups being fetched and decoded now: a reader that arrives while read-ahead
+    /// (or another reader) decodes the same row group waits for that decode instead of
+    /// decoding it again.
+    decoding: Mutex<HashMap<(String, usize), DecodeCell>>,
     config: CacheConfig,
     stats: CacheStats,
 }
@@ -217,6 +224,7 @@ impl ColdCache {
                 hybrid,
                 footers: Mutex::new(Lru::new(16 << 20)),
                 decoded: Mutex::new(Lru::new(config.decoded_bytes.max(1 << 20))),
+                decoding: Mutex::new(HashMap::new()),
                 config,
                 stats: CacheStats::default(),
             }),
@@ -302,13 +310,40 @@ impl ColdCache {
         n: usize,
     ) -> Result<Arc<DecodedRowGroup>, ColdError> {
         let i = &self.inner;
-        let id = object.id();
-        let key = object.key.as_str();
-        let dkey = (id.clone(), n);
+        let dkey = (object.id(), n);
         if let Some(rg) = i.decoded.lock().get(&dkey) {
             i.stats.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(rg);
         }
+        let cell = i.decoding.lock().entry(dkey.clone()).or_default().clone();
+        let result = cell
+            .get_or_try_init(|| self.fetch_and_decode(object, footer, n))
+            .await
+            .cloned();
+        {
+            // The first to finish moves the decode into the LRU; a failed one is retried
+            // by the next reader.
+            let mut decoding = i.decoding.lock();
+            if decoding.get(&dkey).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
+                decoding.remove(&dkey);
+                if let Ok(rg) = &result {
+                    i.decoded.lock().insert(dkey, rg.clone(), rg.batches.len());
+                }
+            }
+        }
+        result
+    }
+
+    /// Fetches row group `n` (through the hybrid cache) and decodes it.
+    async fn fetch_and_decode(
+        &self,
+        object: &ObjectRef,
+        footer: &Arc<ObjectFooter>,
+        n: usize,
+    ) -> Result<Arc<DecodedRowGroup>, ColdError> {
+        let i = &self.inner;
+        let id = object.id();
+        let key = object.key.as_str();
         let Some(info) = footer.row_groups.get(n) else {
             return Err(ColdError::Inconsistent(format!(
                 "object {key} has no row group {n}"
@@ -338,10 +373,7 @@ impl ColdCache {
                     source,
                 }
             })?;
-        let weight = decoded.batches.len();
-        let decoded = Arc::new(decoded);
-        i.decoded.lock().insert(dkey, decoded.clone(), weight);
-        Ok(decoded)
+        Ok(Arc::new(decoded))
     }
 
     /// Reads whole batches from one object, starting with the batch that holds `from`, up
