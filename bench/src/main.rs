@@ -7,7 +7,11 @@
 //! * `meta` — the control plane (felix-meta): committed commands per second and latency on
 //!   a 1- or 3-node Raft group on loopback.
 //! * `pubsub` — a running broker end to end: publishers and fan-out subscribers of one
-//!   durable shard, throughput plus publish-ack and delivery latency.
+//!   durable shard, throughput plus publish-ack and delivery latency; with `--cluster`, the
+//!   same through `ClusterClient`s against a cluster, on a replicated Quorum or Leader stream.
+//! * `failover` — a running cluster: steady idempotent publishes to a Quorum shard, SIGKILL
+//!   of its leader's process, time to the first acknowledgement after it (for
+//!   `bench/cluster.sh`).
 //! * `catchup` — a running broker with tiered storage: replay speed from offset 0 with the
 //!   stream hot, cold behind an empty cache and cold behind a warm cache; publish latency
 //!   beside a cold reader; upload lag (one phase per run, for `bench/catchup.sh`).
@@ -19,6 +23,7 @@
 #![allow(clippy::result_large_err)]
 
 mod catchup_scenario;
+mod failover_scenario;
 mod log_scenario;
 mod meta_scenario;
 #[cfg(feature = "nats")]
@@ -44,12 +49,15 @@ enum Scenario {
     Log(log_scenario::LogArgs),
     /// Commit control-plane commands on a 1- or 3-node Raft group on loopback.
     Meta(meta_scenario::MetaArgs),
-    /// Publish to and subscribe from a running broker: one durable shard, P publishers,
-    /// F subscribers from `latest`.
+    /// Publish to and subscribe from a running broker (or, with --cluster, a cluster through
+    /// ClusterClient): one durable shard, P publishers, F subscribers from `latest`.
     Pubsub(pubsub_scenario::PubsubArgs),
     /// Replay a tiered stream from offset 0 (hot, cold with an empty cache, cold with a warm
     /// cache), publish beside a cold reader, measure upload lag: one phase per run.
     Catchup(catchup_scenario::CatchupArgs),
+    /// SIGKILL a Quorum shard's leader in a running cluster while publishing steadily: time
+    /// from the kill to the first acknowledgement after it.
+    Failover(failover_scenario::FailoverArgs),
     /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
     #[cfg(feature = "nats")]
     NatsPubsub(nats_scenario::NatsArgs),
@@ -62,6 +70,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Meta(args) => meta_scenario::run(args),
         Scenario::Pubsub(args) => pubsub_scenario::run(args),
         Scenario::Catchup(args) => catchup_scenario::run(args),
+        Scenario::Failover(args) => failover_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
     }

@@ -15,6 +15,13 @@
 //! handed to the client (the time is written into the payload's first 8 bytes) to the
 //! subscriber decoding it; publishers and subscribers share this process's monotonic clock.
 //!
+//! With `--cluster SEEDS` the same load goes to a cluster through [`ClusterClient`]s: the
+//! stream is created with `--replicas` and `--consistency`, every publisher and subscriber
+//! has its own `ClusterClient` (so its own connections) and publishes go to the shard's
+//! leader. Before the timed load each publisher publishes one warm-up record (not counted),
+//! so that its connection to the leader is open. `--fanout 0` measures publishing alone:
+//! throughput is then up to the last acknowledgement.
+//!
 //! The load generator itself ([`LoadArgs`], [`drive`]) is shared with the NATS JetStream
 //! equivalent (`nats_scenario`, behind the `nats` feature), so both systems are driven by
 //! the same code and differ only in the client calls behind [`BatchSender`] and
@@ -29,7 +36,8 @@ use anyhow::{Context, bail};
 use bytes::{Bytes, BytesMut};
 use clap::Args;
 use felix_client::{
-    AckMode, Client, ClientConfig, ClientError, Message, StartAt, StreamConfig, Subscription, codes,
+    AckMode, Client, ClientConfig, ClientError, ClusterClient, ClusterSubscription, Message,
+    StartAt, StreamConfig, Subscription, codes,
 };
 use hdrhistogram::Histogram;
 use serde::Serialize;
@@ -52,7 +60,8 @@ pub struct LoadArgs {
     /// Publish calls each publisher keeps in flight.
     #[arg(long, default_value_t = 8)]
     pub inflight: usize,
-    /// Subscribers, each on its own connection, each receiving every record.
+    /// Subscribers, each on its own connection, each receiving every record (0: publish
+    /// only; throughput is then measured to the last acknowledgement).
     #[arg(long, default_value_t = 1)]
     pub fanout: usize,
     /// Records per second across all publishers; 0 publishes as fast as acks allow.
@@ -69,6 +78,25 @@ pub struct PubsubArgs {
     /// The broker's QUIC address (a loopback broker needs no CA).
     #[arg(long, default_value = "127.0.0.1:5000")]
     broker: String,
+    /// A cluster instead of one broker: its brokers' QUIC addresses (comma-separated), used
+    /// as the seeds of a `ClusterClient` per publisher and subscriber.
+    #[arg(
+        long,
+        value_name = "SEEDS",
+        value_delimiter = ',',
+        conflicts_with = "broker"
+    )]
+    cluster: Vec<String>,
+    /// With --cluster: the stream's consistency (when an acknowledgement goes out: once the
+    /// leader wrote the records, or once a majority of the replicas did).
+    #[arg(long, default_value = "quorum", value_parser = ["quorum", "leader"], requires = "cluster")]
+    consistency: String,
+    /// With --cluster: the stream's replicas.
+    #[arg(long, default_value_t = 3, requires = "cluster")]
+    replicas: u32,
+    /// With --cluster: the client's request timeout, in seconds.
+    #[arg(long, default_value_t = 30, requires = "cluster")]
+    request_timeout_secs: u64,
     /// PEM CA file to verify a non-loopback broker with.
     #[arg(long)]
     ca: Option<std::path::PathBuf>,
@@ -117,6 +145,20 @@ pub struct PubsubReport {
     pub resubscribes: u64,
     /// CPU seconds (user + system) this benchmark process used for the load itself.
     pub bench_cpu_seconds: f64,
+    /// A cluster's stream: its consistency, replicas and leader, and the brokers given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterFigures>,
+}
+
+/// What a `--cluster` run adds to the report.
+#[derive(Serialize)]
+pub struct ClusterFigures {
+    pub brokers: usize,
+    pub consistency: String,
+    pub replicas: u32,
+    /// The shard's replicas as placed, and its leader, at the start.
+    pub placed_replicas: Vec<u64>,
+    pub leader: u64,
 }
 
 /// Sends one batch of payloads and waits until the system acknowledges all of them.
@@ -146,13 +188,8 @@ pub struct Measured {
 
 impl LoadArgs {
     pub fn check(&self) -> anyhow::Result<()> {
-        if self.records == 0
-            || self.batch == 0
-            || self.publishers == 0
-            || self.inflight == 0
-            || self.fanout == 0
-        {
-            bail!("--records, --batch, --publishers, --inflight and --fanout must be at least 1");
+        if self.records == 0 || self.batch == 0 || self.publishers == 0 || self.inflight == 0 {
+            bail!("--records, --batch, --publishers and --inflight must be at least 1");
         }
         if self.size < 8 {
             bail!("--size must be at least 8 (the send time goes in the first 8 bytes)");
@@ -208,6 +245,7 @@ impl LoadArgs {
             e2e_max_us: m.e2e.max(),
             resubscribes: m.resubscribes,
             bench_cpu_seconds: m.cpu_seconds,
+            cluster: None,
         }
     }
 }
@@ -229,12 +267,12 @@ fn cpu_seconds() -> f64 {
     tv(u.ru_utime) + tv(u.ru_stime)
 }
 
-fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
 }
 
 /// A payload of pseudo-random bytes (incompressible, so no codec or disk gets it cheaper).
-fn payload_template(size: usize) -> Bytes {
+pub(crate) fn payload_template(size: usize) -> Bytes {
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut v = vec![0u8; size];
     for chunk in v.chunks_mut(8) {
@@ -343,12 +381,18 @@ pub async fn drive<S: BatchSender, R: RecordReceiver>(
     for t in pub_tasks {
         ack.add(t.await.context("publisher task")??)?;
     }
-    let publish_seconds = start.elapsed().as_secs_f64();
+    let published = Instant::now();
+    let publish_seconds = (published - start).as_secs_f64();
 
     // ---- wait for the slowest subscriber ----
     let deadline = tokio::time::Instant::now() + Duration::from_secs(load.drain_timeout_secs);
     let mut e2e = histogram();
-    let mut end = start;
+    // No subscribers: throughput is to the last acknowledgement.
+    let mut end = if sub_tasks.is_empty() {
+        published
+    } else {
+        start
+    };
     let mut resubscribes = 0;
     for t in sub_tasks {
         match tokio::time::timeout_at(deadline, t).await {
@@ -382,7 +426,7 @@ pub async fn drive<S: BatchSender, R: RecordReceiver>(
 // Felix
 // ---------------------------------------------------------------------------------------
 
-const TENANT: &str = "bench";
+pub(crate) const TENANT: &str = "bench";
 const NAMESPACE: &str = "pubsub";
 
 struct FelixSender {
@@ -457,6 +501,11 @@ pub fn run(args: PubsubArgs) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("start tokio runtime")?;
+    if !args.cluster.is_empty() {
+        let report = rt.block_on(run_cluster(&args))?;
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
     let report = rt.block_on(async {
         let config = ClientConfig {
             ca: args.ca.clone(),
@@ -529,6 +578,232 @@ pub fn run(args: PubsubArgs) -> anyhow::Result<()> {
     })?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// A Felix cluster, through ClusterClient
+// ---------------------------------------------------------------------------------------
+
+const CLUSTER_NAMESPACE: &str = "cluster";
+
+struct ClusterSender {
+    client: ClusterClient,
+    stream: String,
+}
+
+impl BatchSender for ClusterSender {
+    async fn send(&self, payloads: Vec<Bytes>) -> anyhow::Result<()> {
+        let n = payloads.len() as u64;
+        let messages: Vec<Message> = payloads.into_iter().map(Message::new).collect();
+        let p = self
+            .client
+            .publish_to_shard(TENANT, CLUSTER_NAMESPACE, &self.stream, 0, &messages)
+            .await?;
+        let acked = p.last_offset + 1 - p.base_offset;
+        if acked != n {
+            bail!("published {n} records, {acked} acknowledged");
+        }
+        Ok(())
+    }
+}
+
+struct ClusterReceiver {
+    sub: ClusterSubscription,
+}
+
+impl RecordReceiver for ClusterReceiver {
+    async fn next(&mut self) -> anyhow::Result<Option<Bytes>> {
+        Ok(self
+            .sub
+            .next_event()
+            .await
+            .context("cluster subscription")?
+            .map(|e| e.payload))
+    }
+
+    fn resubscribes(&self) -> u64 {
+        self.sub.resumptions()
+    }
+}
+
+/// A `ClusterClient` on `seeds` with this benchmark's settings.
+pub async fn cluster_client(
+    seeds: &[String],
+    ca: Option<std::path::PathBuf>,
+    request_timeout: Duration,
+) -> anyhow::Result<ClusterClient> {
+    let config = ClientConfig {
+        ca,
+        name: "felix-bench".into(),
+        request_timeout,
+        ..ClientConfig::default()
+    };
+    ClusterClient::connect(seeds, config)
+        .await
+        .with_context(|| format!("connect to the cluster at {}", seeds.join(",")))
+}
+
+/// Creates tenant `bench`, `namespace` and a fresh durable 1-shard stream with
+/// `replicas` and `consistency`, and waits until its shard has a leader and all `replicas`
+/// placed (a stream created while a broker is still marked dead gets fewer: it is deleted
+/// and created again, within `patience`). Returns the stream's name, replicas and leader.
+pub async fn create_cluster_stream(
+    admin: &ClusterClient,
+    namespace: &str,
+    prefix: &str,
+    consistency: &str,
+    replicas: u32,
+    patience: Duration,
+) -> anyhow::Result<(String, Vec<u64>, u64)> {
+    exists_ok(admin.create_tenant(TENANT).await).context("create tenant bench")?;
+    exists_ok(admin.create_namespace(TENANT, namespace).await)
+        .with_context(|| format!("create namespace bench/{namespace}"))?;
+    let deadline = Instant::now() + patience;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        let stream = unique_name(prefix);
+        let config = StreamConfig {
+            durable: Some(true),
+            shards: Some(1),
+            replicas: Some(replicas),
+            consistency: Some(consistency.to_owned()),
+            ..Default::default()
+        };
+        if let Err(e) = admin
+            .create_stream(TENANT, namespace, &stream, config)
+            .await
+        {
+            // e.g. fewer live brokers than replicas, while a restarted one rejoins.
+            last = format!("create stream bench/{namespace}/{stream}: {e}");
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            continue;
+        }
+        // Placement and the first leader may take a controller tick.
+        let placed = Instant::now() + Duration::from_secs(10).min(patience);
+        while Instant::now() < placed {
+            match admin.topology(TENANT, namespace, &stream).await {
+                Ok(t) => {
+                    let route = t.shard(0).map(|r| r.replicas.clone()).unwrap_or_default();
+                    let leader = t.leader(0).map(|l| l.0);
+                    let alive = t.brokers.iter().filter(|b| b.alive).count();
+                    last = format!(
+                        "leader {leader:?}, replicas {route:?}, {alive} of {} brokers alive",
+                        t.brokers.len()
+                    );
+                    if let Some(leader) = leader
+                        && route.len() as u32 >= replicas
+                    {
+                        return Ok((stream, route, leader));
+                    }
+                    if !route.is_empty() && (route.len() as u32) < replicas {
+                        break; // placed on too few brokers: try a new stream
+                    }
+                }
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = admin.delete_stream(TENANT, namespace, &stream).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("no stream with {replicas} replicas and a leader within {patience:?} (last: {last})")
+}
+
+async fn run_cluster(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
+    let timeout = Duration::from_secs(args.request_timeout_secs);
+    let admin = cluster_client(&args.cluster, args.ca.clone(), timeout).await?;
+    let (stream, placed, leader) = create_cluster_stream(
+        &admin,
+        CLUSTER_NAMESPACE,
+        "cluster",
+        &args.consistency,
+        args.replicas,
+        Duration::from_secs(60),
+    )
+    .await?;
+
+    let mut receivers = Vec::new();
+    for _ in 0..args.load.fanout {
+        let client = cluster_client(&args.cluster, args.ca.clone(), timeout).await?;
+        let sub = client
+            .subscribe(TENANT, CLUSTER_NAMESPACE, &stream, 0, StartAt::Latest)
+            .await
+            .context("subscribe")?;
+        receivers.push(ClusterReceiver { sub });
+    }
+    let mut senders = Vec::new();
+    for _ in 0..args.load.publishers {
+        let client = cluster_client(&args.cluster, args.ca.clone(), timeout).await?;
+        // Opens the connection to the leader outside the timed load. The subscribers start
+        // from `latest` before it, so they receive these records and skip them.
+        crate::failover_scenario::first_publish(|| async {
+            client
+                .publish_to_shard(
+                    TENANT,
+                    CLUSTER_NAMESPACE,
+                    &stream,
+                    0,
+                    &[Message::new(vec![0u8; 8])],
+                )
+                .await
+                .map(|_| ())
+        })
+        .await?;
+        senders.push(ClusterSender {
+            client,
+            stream: stream.clone(),
+        });
+    }
+    let warmups = args.load.publishers;
+    let receivers: Vec<SkipFirst<ClusterReceiver>> = receivers
+        .into_iter()
+        .map(|r| SkipFirst {
+            inner: r,
+            skip: warmups,
+        })
+        .collect();
+
+    let measured = drive(&args.load, senders, receivers).await?;
+
+    if !args.keep {
+        admin
+            .delete_stream(TENANT, CLUSTER_NAMESPACE, &stream)
+            .await
+            .with_context(|| format!("delete stream bench/{CLUSTER_NAMESPACE}/{stream}"))?;
+    }
+    let mut report = args
+        .load
+        .report("pubsub", "felix-cluster", stream, measured);
+    report.cluster = Some(ClusterFigures {
+        brokers: args.cluster.len(),
+        consistency: args.consistency.clone(),
+        replicas: args.replicas,
+        placed_replicas: placed,
+        leader,
+    });
+    Ok(report)
+}
+
+/// A receiver that drops its first `skip` records (the warm-up publishes).
+struct SkipFirst<R> {
+    inner: R,
+    skip: usize,
+}
+
+impl<R: RecordReceiver> RecordReceiver for SkipFirst<R> {
+    async fn next(&mut self) -> anyhow::Result<Option<Bytes>> {
+        while self.skip > 0 {
+            if self.inner.next().await?.is_none() {
+                return Ok(None);
+            }
+            self.skip -= 1;
+        }
+        self.inner.next().await
+    }
+
+    fn resubscribes(&self) -> u64 {
+        self.inner.resubscribes()
+    }
 }
 
 /// `PREFIX-<pid>-<ms since the epoch>`: unique across runs on one machine.

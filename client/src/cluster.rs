@@ -45,6 +45,11 @@ use routes::{Route, RouteTable};
 
 /// No broker preferred for admin requests yet.
 const NO_BROKER: u64 = u64::MAX;
+/// How long a publish is in flight before the client starts checking, with another broker,
+/// whether its shard's leader has changed meanwhile.
+const LEADER_CHECK_AFTER: Duration = Duration::from_secs(1);
+/// How often it checks after that.
+const LEADER_CHECK_EVERY: Duration = Duration::from_millis(500);
 
 /// A client of a Felix cluster. Publishes and subscriptions go to each shard's leader, and
 /// follow it when leadership moves (`not_leader`, `shard_unavailable`, a lost broker);
@@ -708,10 +713,21 @@ impl ClusterClient {
     ) -> Result<Published, TryFailure> {
         let (client, version) = self.leader_client(key, shard, deadline).await?;
         let (t, ns, s) = key;
-        match client
-            .publish_raw_tracked(t, ns, s, shard, batch, AckMode::Batch)
-            .await
-        {
+        let leader = client.broker_id();
+        let call = client.publish_raw_tracked(t, ns, s, shard, batch, AckMode::Batch);
+        // A leader killed mid-call is only noticed at the QUIC idle timeout (6 s); the rest
+        // of the cluster names its successor sooner. Give up on the call then: its outcome
+        // is unknown, which an idempotent producer answers by re-sending.
+        let result = tokio::select! {
+            result = call => result,
+            () = self.leader_moved(key, shard, leader, deadline) => Err(Failed {
+                error: ClientError::Transport(format!(
+                    "broker {leader} stopped leading shard {shard} while the publish was in flight"
+                )),
+                sent: true,
+            }),
+        };
+        match result {
             Ok(Some(published)) => Ok(published),
             Ok(None) => Err(TryFailure {
                 error: ClientError::Protocol("the broker did not acknowledge".into()),
@@ -725,6 +741,39 @@ impl ClusterClient {
                 broker: Some(client.broker_id()),
                 version,
             }),
+        }
+    }
+
+    /// Resolves once another broker's topology names a leader of `shard` other than
+    /// `leader` (checked every half second after the first second); never otherwise.
+    async fn leader_moved(&self, key: &StreamKey, shard: u32, leader: u64, deadline: &Deadline) {
+        tokio::time::sleep(LEADER_CHECK_AFTER).await;
+        let (t, ns, s) = key;
+        loop {
+            let open = self
+                .inner
+                .pool
+                .open_all()
+                .into_iter()
+                .find(|c| c.broker_id() != leader);
+            let other = match open {
+                Some(c) => Some(c),
+                None => self
+                    .live_client(deadline, Some(leader))
+                    .await
+                    .ok()
+                    .filter(|c| c.broker_id() != leader),
+            };
+            if let Some(other) = other
+                && let Ok(Ok(topology)) =
+                    tokio::time::timeout(LEADER_CHECK_EVERY, other.topology(t, ns, s)).await
+                && topology
+                    .shard(shard)
+                    .is_some_and(|r| r.leader.is_some_and(|l| l != leader))
+            {
+                return;
+            }
+            tokio::time::sleep(LEADER_CHECK_EVERY).await;
         }
     }
 

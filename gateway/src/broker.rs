@@ -1509,9 +1509,16 @@ impl Broker {
         let m = &self.metrics;
         let t = Metrics::tenant(tenant);
         m.publish_requests.get_or_create(&t).inc();
-        let result = self
-            .publish_inner(tenant, namespace, stream, shard_no, ack, body)
+        let mut result = self
+            .publish_inner(tenant, namespace, stream, shard_no, ack, body.clone())
             .await;
+        if let Err(e) = &result
+            && self.catch_up_if_unknown(e).await
+        {
+            result = self
+                .publish_inner(tenant, namespace, stream, shard_no, ack, body)
+                .await;
+        }
         if let Err(e) = &result {
             m.publish_errors
                 .get_or_create(&TenantReason {
@@ -1801,7 +1808,12 @@ impl Broker {
         shard_no: u32,
         from: StartAt,
     ) -> Result<Subscription, ErrorBody> {
-        let (shard, _) = self.shard(tenant, namespace, stream, shard_no)?;
+        let (shard, _) = match self.shard(tenant, namespace, stream, shard_no) {
+            Err(e) if self.catch_up_if_unknown(&e).await => {
+                self.shard(tenant, namespace, stream, shard_no)?
+            }
+            other => other?,
+        };
         let id = self.next_sub_id.fetch_add(1, Ordering::Relaxed);
         let capacity = self.config.subscriber_queue_capacity.max(1);
         let max_bytes = self.config.subscriber_queue_max_bytes;
@@ -2059,6 +2071,17 @@ impl Broker {
     }
 
     // --- cluster mode -------------------------------------------------------------------
+
+    /// In a cluster, a tenant, namespace or stream another broker just created may not be
+    /// applied here yet: on such a refusal, catch up with the control plane (a linearizable
+    /// read) and say whether to try again.
+    async fn catch_up_if_unknown(&self, e: &ErrorBody) -> bool {
+        let unknown = matches!(
+            e.code,
+            codes::UNKNOWN_TENANT | codes::UNKNOWN_NAMESPACE | codes::UNKNOWN_STREAM
+        );
+        self.cluster && unknown && self.meta.read(|_| ()).await.is_ok()
+    }
 
     /// This broker's shard-leader lease.
     pub(crate) fn lease(&self) -> &Lease {
