@@ -2119,6 +2119,15 @@ impl Broker {
         })
     }
 
+    /// Whether the control plane counts a broker alive.
+    pub(crate) fn is_alive(&self, id: u64) -> bool {
+        self.registry
+            .borrow()
+            .brokers
+            .get(&id)
+            .is_some_and(|b| b.alive)
+    }
+
     /// A broker's internal address (replication, Raft).
     pub(crate) fn internal_addr_of(&self, id: u64) -> Option<String> {
         self.registry

@@ -240,6 +240,7 @@ pub async fn drive_shard(broker: Weak<Broker>, shard: Arc<Shard>) {
                                 generation: *generation,
                                 why,
                             });
+                            hand_over(&b, &shard.key, &p).await;
                         }
                     }
                 }
@@ -272,6 +273,38 @@ pub async fn drive_shard(broker: Weak<Broker>, shard: Arc<Shard>) {
     }
 }
 
+/// A broker that cannot lead a Quorum shard it was given (its log lacks committed records)
+/// hands the shard to a live replica that holds everything committed; the control plane
+/// checks that choice again. A Leader shard has no such replica to trust: it stays
+/// unavailable until an operator intervenes.
+async fn hand_over(broker: &Broker, key: &ShardKey, p: &Placement) {
+    if !broker.is_quorum(key) {
+        return;
+    }
+    let Some(replication) = broker.meta().replication(key) else {
+        return;
+    };
+    let me = broker.broker_id();
+    let Some(successor) = p
+        .replicas
+        .iter()
+        .copied()
+        .find(|r| *r != me && replication.in_sync.contains(r) && broker.is_alive(*r))
+    else {
+        warn!(shard = %key, "no live in-sync replica to hand the shard to; it stays unavailable");
+        return;
+    };
+    let cmd = Command::SetPlacement {
+        shard: key.clone(),
+        replicas: p.replicas.clone(),
+        leader: Some(successor),
+    };
+    match broker.meta().propose(cmd).await {
+        Ok(_) => info!(shard = %key, successor, "handed the shard to an in-sync replica"),
+        Err(e) => warn!(shard = %key, successor, error = %e, "could not hand the shard over"),
+    }
+}
+
 /// Takes leadership at `p.generation`: cuts the log at the generation's start (records past
 /// the committed mark were never acknowledged), adopts the generation, rebuilds the
 /// producer table and the read bound.
@@ -288,6 +321,17 @@ async fn become_leader(
     // was written by this leader in this generation or earlier and kept; nothing to cut.
     let same_generation = log.generation() >= 0 && log.generation() as u64 >= p.generation;
     if same_generation {
+        let committed = broker
+            .meta()
+            .replication(&shard.key)
+            .filter(|r| r.generation == p.generation)
+            .map_or(start, |r| r.committed);
+        if broker.is_quorum(&shard.key) && next < committed {
+            return Err(format!(
+                "the local log ends at {next}, below the committed mark {committed} (records \
+                 lost since they were acknowledged, e.g. by a machine crash)"
+            ));
+        }
         log.set_generation(p.generation as i32)
             .map_err(|e| e.to_string())?;
         repl.followers.lock().clear();
@@ -310,6 +354,8 @@ async fn become_leader(
         return Ok(());
     }
     if next < start {
+        // It lost records the control plane counts as committed (a machine crash under a
+        // periodic fsync policy): it must not lead, or it would hand their offsets out again.
         return Err(format!(
             "the local log ends at {next}, below the committed mark {start}; \
              it cannot lead without those records"

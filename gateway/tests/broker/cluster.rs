@@ -426,8 +426,27 @@ async fn local_next_offset(broker: &Broker, stream: &str) -> u64 {
     info.shards.first().map_or(0, |s| s.next_offset)
 }
 
+/// How a follower is away while the leader moves on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Away {
+    /// SIGKILLed and restarted: its log restarts after the uploaded history.
+    Killed,
+    /// SIGSTOPped and continued: its log still ends where it stopped, below the leader's
+    /// local log, so the leader serves it from the object store.
+    Paused,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_store() {
+async fn a_follower_that_was_killed_catches_up_from_the_leader() {
+    follower_catch_up(Away::Killed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_follower_that_was_paused_catches_up_from_the_object_store() {
+    follower_catch_up(Away::Paused).await;
+}
+
+async fn follower_catch_up(away: Away) {
     let mut cluster = Cluster::start(3).await;
     let client = cluster.client(Duration::from_secs(30)).await;
     // Small segments, uploaded at once and then dropped from the leader's disk.
@@ -440,7 +459,19 @@ async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_stor
     let leader = cluster.leader(&client, "catchup", None).await;
     let follower = (1..=3).find(|b| *b != leader).expect("a follower");
     publish_n(&client, "catchup", "a", 50).await;
-    cluster.node(follower).kill();
+    // Both followers hold the first records before one goes away.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while local_next_offset(cluster.node(follower), "catchup").await < 50 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the follower never caught up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    match away {
+        Away::Killed => cluster.node(follower).kill(),
+        Away::Paused => cluster.node(follower).pause(true),
+    }
     publish_n(&client, "catchup", "b", 400).await;
 
     // The leader moves what it uploaded off its disk while the follower is away.
@@ -463,7 +494,10 @@ async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_stor
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    cluster.node(follower).restart().await;
+    match away {
+        Away::Killed => cluster.node(follower).restart().await,
+        Away::Paused => cluster.node(follower).pause(false),
+    }
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while local_next_offset(cluster.node(follower), "catchup").await < 450 {
         assert!(
@@ -500,6 +534,9 @@ async fn a_follower_that_was_down_catches_up_from_the_leader_and_the_object_stor
         first <= uploaded_end,
         "the follower's copy starts at {first}, but objects cover only [0, {uploaded_end})"
     );
+    // A paused follower's log ended at 50, below the leader's local log: it reached 450 by
+    // appending [50, 450) in order, the start of which only the object store still held.
+    // (Its own hot retention may since have dropped what is uploaded.)
     let mut payloads = Vec::new();
     let mut from = first;
     while from < log.committed_offset() {
