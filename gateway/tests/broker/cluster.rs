@@ -704,3 +704,84 @@ async fn a_broker_forwards_publishes_for_shards_it_does_not_lead() {
         (0..20).map(|i| format!("f-{i}")).collect::<Vec<_>>()
     );
 }
+
+/// What a reader sees of a Quorum stream: only what a majority holds. With both followers
+/// cut off, a record the leader wrote is neither acknowledged nor delivered to a subscriber;
+/// once the cut heals it is delivered once or (if a follower took over) not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quorum_subscriber_sees_nothing_a_majority_does_not_hold() {
+    let mut cluster = Cluster::start(3).await;
+    let client = cluster.client(Duration::from_secs(30)).await;
+    create_stream(&client, "gated", "quorum", StreamConfig::default()).await;
+    let leader = cluster.leader(&client, "gated", None).await;
+    publish_n(&client, "gated", "before", 10).await;
+    let mut sub = client
+        .subscribe("t", "ns", "gated", 0, StartAt::Earliest)
+        .await
+        .expect("subscribe");
+    for i in 0..10u64 {
+        let e = tokio::time::timeout(PATIENCE, sub.next_event())
+            .await
+            .expect("a record in time")
+            .expect("subscription")
+            .expect("not ended");
+        assert_eq!(e.offset, i);
+    }
+
+    let followers: Vec<u64> = (1..=3).filter(|b| *b != leader).collect();
+    for f in &followers {
+        let (status, body) =
+            http_request(cluster.node(*f).admin_addr, "POST", "/v1/faults/isolate")
+                .await
+                .expect("isolate");
+        assert_eq!(status, 200, "{body}");
+    }
+    // Straight to the leader: its write lands there, but no majority can confirm it.
+    let direct = cluster.node(leader).client().await;
+    let r = direct
+        .publish_batch(
+            "t",
+            "ns",
+            "gated",
+            vec![Message::new("during")],
+            felix_client::AckMode::Batch,
+        )
+        .await;
+    assert!(
+        r.is_err(),
+        "a Quorum publish without a majority was acknowledged: {r:?}"
+    );
+    // Meanwhile the subscriber got nothing past what was acknowledged.
+    match tokio::time::timeout(Duration::from_secs(2), sub.next_event()).await {
+        Err(_) => {}
+        Ok(Ok(Some(e))) => panic!(
+            "a subscriber saw offset {} ({:?}) that no majority held",
+            e.offset, e.payload
+        ),
+        Ok(other) => panic!("the subscription ended: {other:?}"),
+    }
+
+    for f in &followers {
+        let (status, body) =
+            http_request(cluster.node(*f).admin_addr, "DELETE", "/v1/faults/isolate")
+                .await
+                .expect("heal");
+        assert_eq!(status, 200, "{body}");
+    }
+    // After the cut, new records flow again; "during" is there at most once, before them.
+    publish_n(&client, "gated", "after", 5).await;
+    let mut rest = Vec::new();
+    while rest.last().is_none_or(|p: &String| p != "after-4") {
+        let e = tokio::time::timeout(PATIENCE, sub.next_event())
+            .await
+            .expect("records after the cut")
+            .expect("subscription")
+            .expect("not ended");
+        rest.push(String::from_utf8_lossy(&e.payload).into_owned());
+    }
+    let afters: Vec<String> = (0..5).map(|i| format!("after-{i}")).collect();
+    let during: Vec<&String> = rest.iter().filter(|p| *p == "during").collect();
+    assert!(during.len() <= 1, "{rest:?}");
+    let without: Vec<String> = rest.iter().filter(|p| *p != "during").cloned().collect();
+    assert_eq!(without, afters, "after the cut: {rest:?}");
+}
