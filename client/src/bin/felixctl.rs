@@ -437,7 +437,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Stream(cmd) => stream_command(&client, cmd).await?,
         Command::Publish(args) => publish(&client, args).await?,
-        Command::Subscribe(args) => subscribe(&client, args).await?,
+        Command::Subscribe(args) => subscribe(&client, &cli.global, args).await?,
         Command::Segments {
             path: (t, ns, s),
             output,
@@ -454,15 +454,19 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
     Ok(code)
 }
 
-/// Connects to the first broker of the list that answers.
-async fn connect(g: &GlobalArgs) -> anyhow::Result<Client> {
-    let config = ClientConfig {
+fn client_config(g: &GlobalArgs) -> ClientConfig {
+    ClientConfig {
         ca: g.ca.clone(),
         insecure: g.insecure,
         name: format!("felixctl/{}", env!("CARGO_PKG_VERSION")),
         request_timeout: g.timeout,
         ..Default::default()
-    };
+    }
+}
+
+/// Connects to the first broker of the list that answers.
+async fn connect(g: &GlobalArgs) -> anyhow::Result<Client> {
+    let config = client_config(g);
     let mut errors = Vec::new();
     for addr in g.broker.split(',').map(str::trim).filter(|a| !a.is_empty()) {
         match Client::connect(addr, config.clone()).await {
@@ -975,7 +979,7 @@ fn format_event(shard: u32, event: &Event, output: Output, encoding: PayloadEnco
     out
 }
 
-async fn subscribe(client: &Client, args: SubscribeArgs) -> anyhow::Result<u8> {
+async fn subscribe(client: &Client, g: &GlobalArgs, args: SubscribeArgs) -> anyhow::Result<u8> {
     let (t, ns, s) = args.path.clone();
     let shards: Vec<u32> = match args.shard {
         Some(shard) => vec![shard],
@@ -993,10 +997,20 @@ async fn subscribe(client: &Client, args: SubscribeArgs) -> anyhow::Result<u8> {
     // Open every subscription before printing anything, so a bad shard fails up front.
     let mut subs = Vec::with_capacity(shards.len());
     for &shard in &shards {
-        let sub = client
-            .subscribe(&t, &ns, &s, shard, args.from)
-            .await
-            .with_context(|| format!("subscribing to {t}/{ns}/{s} shard {shard}"))?;
+        let sub = match client.subscribe(&t, &ns, &s, shard, args.from).await {
+            // In a cluster, a shard is read on its leader: follow the broker's hint once.
+            Err(ClientError::Broker(e))
+                if e.code == codes::NOT_LEADER && e.leader_addr.is_some() =>
+            {
+                let addr = e.leader_addr.unwrap_or_default();
+                let leader = Client::connect(&addr, client_config(g))
+                    .await
+                    .with_context(|| format!("connecting to shard {shard}'s leader at {addr}"))?;
+                leader.subscribe(&t, &ns, &s, shard, args.from).await
+            }
+            other => other,
+        }
+        .with_context(|| format!("subscribing to {t}/{ns}/{s} shard {shard}"))?;
         subs.push(sub);
     }
     let (tx, mut rx) = mpsc::channel::<(u32, Result<Option<Event>, ClientError>)>(1024);

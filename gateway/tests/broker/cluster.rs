@@ -703,6 +703,27 @@ async fn a_broker_forwards_publishes_for_shards_it_does_not_lead() {
         payloads,
         (0..20).map(|i| format!("f-{i}")).collect::<Vec<_>>()
     );
+
+    // felixctl pointed at the follower: its publish is forwarded, its subscription follows
+    // the broker's hint to the leader.
+    let node = cluster.node(follower);
+    super::felixctl::run(node, &["publish", "t/ns/fwd"], b"from-felixctl\n").await;
+    let out = super::felixctl::run(
+        node,
+        &[
+            "subscribe",
+            "t/ns/fwd",
+            "--from",
+            "earliest",
+            "--count",
+            "21",
+        ],
+        b"",
+    )
+    .await;
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.len(), 21, "{}\n{}", out.stdout, out.stderr);
+    assert!(lines[20].contains("from-felixctl"), "{}", lines[20]);
 }
 
 /// What a reader sees of a Quorum stream: only what a majority holds. With both followers

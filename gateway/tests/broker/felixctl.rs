@@ -73,13 +73,13 @@ fn felixctl() -> &'static Path {
     })
 }
 
-struct Output {
-    stdout: String,
-    stderr: String,
+pub(super) struct Output {
+    pub(super) stdout: String,
+    pub(super) stderr: String,
 }
 
 /// Runs `felixctl --broker ADDR ARGS...` with `stdin`, requiring success.
-async fn run(broker: &Broker, args: &[&str], stdin: &[u8]) -> Output {
+pub(super) async fn run(broker: &Broker, args: &[&str], stdin: &[u8]) -> Output {
     let mut cmd = tokio::process::Command::new(felixctl());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("FELIX_") {
