@@ -394,6 +394,9 @@ async fn lead(broker: Weak<Broker>, shard: Arc<Shard>, generation: u64, replicas
     };
     let mut committed = log.watch_committed();
     let floor = *repl.visible.borrow();
+    // Set once the control plane refused a report for a newer generation: this broker was
+    // replaced and must not take the role back when its lease renews.
+    let mut deposed = false;
     loop {
         let Some(b) = broker.upgrade() else { return };
         if shard.is_closed() {
@@ -402,15 +405,17 @@ async fn lead(broker: Weak<Broker>, shard: Arc<Shard>, generation: u64, replicas
         // The lease: without it another broker may lead by now.
         let holds = b.lease().holds();
         let role = repl.role.borrow().clone();
+        // Each flip is made only from the exact role this task set, checked atomically:
+        // the shard's driver may have moved the role on (and aborted this task) meanwhile.
+        let fence = Role::Fenced { generation };
+        let lead = Role::Leader { generation };
         match (&role, holds) {
-            (Role::Leader { .. }, false) => {
+            (Role::Leader { .. }, false) if swap_role(&repl, &lead, &fence) => {
                 warn!(shard = %shard.key, generation, "lease lapsed: fenced");
-                repl.role.send_replace(Role::Fenced { generation });
                 shard.end_subscribers();
             }
-            (Role::Fenced { .. }, true) => {
+            (Role::Fenced { .. }, true) if !deposed && swap_role(&repl, &fence, &lead) => {
                 info!(shard = %shard.key, generation, "lease renewed: leading again");
-                repl.role.send_replace(Role::Leader { generation });
             }
             _ => {}
         }
@@ -444,10 +449,12 @@ async fn lead(broker: Weak<Broker>, shard: Arc<Shard>, generation: u64, replicas
                             continue;
                         }
                         Err(MetaError::Rejected(CommandError::StaleGeneration { .. })) => {
-                            warn!(shard = %shard.key, generation,
-                                "a newer generation exists: no longer leading");
-                            repl.role.send_replace(Role::Fenced { generation });
-                            shard.end_subscribers();
+                            deposed = true;
+                            if swap_role(&repl, &lead, &fence) {
+                                warn!(shard = %shard.key, generation,
+                                    "a newer generation exists: no longer leading");
+                                shard.end_subscribers();
+                            }
                         }
                         Err(e) => {
                             debug!(shard = %shard.key, error = %e, "replication report failed; retrying");
@@ -472,6 +479,18 @@ async fn lead(broker: Weak<Broker>, shard: Arc<Shard>, generation: u64, replicas
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
     }
+}
+
+/// Sets the role to `to` if it is `from`; says whether it did.
+fn swap_role(repl: &ReplState, from: &Role, to: &Role) -> bool {
+    repl.role.send_if_modified(|role| {
+        if role == from {
+            *role = to.clone();
+            true
+        } else {
+            false
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------------------

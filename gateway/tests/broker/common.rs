@@ -240,10 +240,24 @@ impl Broker {
     }
 
     /// Starts the broker again on the same data dir and ports.
+    ///
+    /// Another test may have taken one of its client-facing ports meanwhile (ports are
+    /// picked free, then released): then it starts on other ones, as a replaced machine
+    /// would. The internal address, a cluster member's identity, never changes.
     pub async fn restart(&mut self) {
         self.kill();
-        if let Err(e) = self.spawn_and_wait().await {
-            panic!("restart: {e}");
+        for attempt in 1.. {
+            match self.spawn_and_wait().await {
+                Ok(()) => return,
+                Err(e) if attempt < 3 && e.contains("in use") => {
+                    eprintln!("felix could not bind its ports again, restarting on others: {e}");
+                    let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+                    self.quic_addr = loopback(free_udp_port());
+                    self.admin_addr = loopback(free_tcp_port());
+                    self.kafka_addr = loopback(free_tcp_port());
+                }
+                Err(e) => panic!("restart: {e}"),
+            }
         }
     }
 
