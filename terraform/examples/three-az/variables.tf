@@ -75,7 +75,7 @@ variable "monitoring_cidrs" {
 variable "enable_nlb" {
   type        = bool
   default     = false
-  description = "Create the internal network load balancer (read docs/operations.md on why it is off until replication exists)."
+  description = "Create the internal network load balancer (docs/operations.md: what it is for in a replicated cluster)."
 }
 
 variable "enable_nat_gateway" {

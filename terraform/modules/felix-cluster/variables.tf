@@ -333,7 +333,7 @@ variable "bucket_force_destroy" {
 variable "enable_nlb" {
   type        = bool
   default     = false
-  description = "Create a network load balancer with a UDP listener for QUIC and a TCP listener for Kafka. Off by default: until replication (issue 6) a stream's data must be written through one broker; docs/operations.md says why."
+  description = "Create a network load balancer with a UDP listener for QUIC and a TCP listener for Kafka. Any broker accepts a publish (a non-leader forwards it to the shard's leader); subscriptions and Kafka fetches go to each shard's leader, which ClusterClient and Kafka clients find themselves (docs/replication.md). Off by default: clients that take the broker list need no load balancer."
 }
 
 variable "nlb_internal" {
