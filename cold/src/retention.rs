@@ -40,14 +40,8 @@ pub async fn enforce(
     now_ms: i64,
 ) -> Result<RetentionReport, ColdError> {
     let mut report = RetentionReport::default();
-    let log = &shard.log;
     if !settings.tiered {
-        log.alter(|c| c.retention = policy(settings.retention_bytes, settings.retention_ms));
-        let out = log.enforce_retention(acked_end)?;
-        report.segments_deleted = out.deleted_segments;
-        report.segment_bytes_deleted = out.deleted_bytes;
-        report.earliest_offset = shard.earliest_offset();
-        return Ok(report);
+        return enforce_local(shard, settings, acked_end, report);
     }
 
     let expired = expired_objects(shard, settings, acked_end, now_ms);
@@ -85,13 +79,32 @@ pub async fn enforce(
         tracing::info!(shard = %shard.key, below, objects = report.objects_deleted, "total retention trimmed the cold tier");
     }
 
-    // Local copy: the hot policy for uploaded segments, and anything below the floor.
-    log.alter(|c| c.retention = policy(settings.hot_retention_bytes, settings.hot_retention_ms));
-    let uploaded_end = shard.manifest.uploaded_end();
-    let out = log.enforce_retention_with_floor(
-        uploaded_end.min(acked_end),
-        shard.manifest.floor().min(acked_end),
-    )?;
+    enforce_local(shard, settings, acked_end, report)
+}
+
+/// The local part of [`enforce`], which needs no control-plane command: on a tiered stream
+/// the hot policy for segments the manifest covers (and anything below its floor), on
+/// another the stream's retention, never at or above `acked_end`. A replica that does not
+/// lead its shard runs only this part, with its refreshed copy of the manifest.
+pub fn enforce_local(
+    shard: &TieredShard,
+    settings: &StreamSettings,
+    acked_end: u64,
+    mut report: RetentionReport,
+) -> Result<RetentionReport, ColdError> {
+    let log = &shard.log;
+    let out = if settings.tiered {
+        log.alter(|c| {
+            c.retention = policy(settings.hot_retention_bytes, settings.hot_retention_ms)
+        });
+        log.enforce_retention_with_floor(
+            shard.manifest.uploaded_end().min(acked_end),
+            shard.manifest.floor().min(acked_end),
+        )?
+    } else {
+        log.alter(|c| c.retention = policy(settings.retention_bytes, settings.retention_ms));
+        log.enforce_retention(acked_end)?
+    };
     report.segments_deleted = out.deleted_segments;
     report.segment_bytes_deleted = out.deleted_bytes;
     report.earliest_offset = shard.earliest_offset();

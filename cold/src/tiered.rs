@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use felix_hot::{LogError, ShardLog};
-use felix_meta::MetaHandle;
 use felix_meta::model::{SegmentEntry, ShardKey};
+use felix_meta::{MetaHandle, MetaState};
 use felix_wire::BatchHeader;
 use parking_lot::RwLock;
 
@@ -27,6 +27,14 @@ pub struct ManifestState {
 }
 
 impl ManifestState {
+    /// A shard's manifest as the control-plane state `state` records it.
+    pub fn of(state: &MetaState, shard: &ShardKey) -> ManifestState {
+        ManifestState {
+            objects: state.manifests.get(shard).cloned().unwrap_or_default(),
+            floor: state.manifest_floors.get(shard).copied().unwrap_or(0),
+        }
+    }
+
     /// One past the last offset covered by objects, or the floor when there are none: where
     /// the next object must start.
     pub fn uploaded_end(&self) -> u64 {
@@ -75,10 +83,7 @@ impl Manifest {
     /// Loads a shard's manifest from the control plane (a linearizable read).
     pub async fn load(meta: &MetaHandle, shard: &ShardKey) -> Result<Manifest, ColdError> {
         let state = meta
-            .read(|s| ManifestState {
-                objects: s.manifests.get(shard).cloned().unwrap_or_default(),
-                floor: s.manifest_floors.get(shard).copied().unwrap_or(0),
-            })
+            .read(|s| ManifestState::of(s, shard))
             .await
             .map_err(|e| ColdError::Meta(e.to_string()))?;
         Ok(Manifest::new(state))

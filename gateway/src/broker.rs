@@ -614,8 +614,9 @@ pub struct Broker {
     /// This broker, for tasks it starts from `&self`.
     self_ref: std::sync::OnceLock<std::sync::Weak<Broker>>,
     lease: Arc<Lease>,
-    /// Forwards publishes to shard leaders.
-    forwarder: crate::replication::ReplClient,
+    /// The internal HTTP client to other brokers (replication fetches, forwarded
+    /// publishes), one connection pool for both.
+    peers: crate::replication::ReplClient,
 }
 
 fn settings_to_config(s: &StreamSettings) -> StreamConfig {
@@ -720,7 +721,7 @@ impl Broker {
             cluster: config.cluster.len() > 1,
             self_ref: std::sync::OnceLock::new(),
             lease: Arc::new(Lease::default()),
-            forwarder: crate::replication::ReplClient::default(),
+            peers: crate::replication::ReplClient::default(),
         });
         let _ = broker.self_ref.set(Arc::downgrade(&broker));
         // A single node renews too, so the control plane's view of it stays alive.
@@ -1305,10 +1306,7 @@ impl Broker {
             .then(|| Arc::new(ReplState::new(0)));
         // The uploader re-reads the control plane before each upload, and a new leader
         // refreshes this copy (`refresh_manifest`).
-        let manifest_state = self.meta.local(|s| ManifestState {
-            objects: s.manifests.get(&key).cloned().unwrap_or_default(),
-            floor: s.manifest_floors.get(&key).copied().unwrap_or(0),
-        });
+        let manifest_state = self.meta.local(|s| ManifestState::of(s, &key));
         let log = if settings.durability == Durability::Durable {
             let dir = self
                 .stream_dir(tenant, namespace, stream)
@@ -1491,9 +1489,7 @@ impl Broker {
         let timeout =
             Duration::from_millis(self.config.publish_quorum_timeout_ms) + Duration::from_secs(5);
         self.metrics.publishes_forwarded.inc();
-        self.forwarder
-            .forward_publish(&addr, &req, body, timeout)
-            .await
+        self.peers.forward_publish(&addr, &req, body, timeout).await
     }
 
     /// Publishes on this broker only (a forwarded publish lands here).
@@ -2092,6 +2088,11 @@ impl Broker {
         &self.meta
     }
 
+    /// The internal HTTP client to other brokers.
+    pub(crate) fn peers(&self) -> &crate::replication::ReplClient {
+        &self.peers
+    }
+
     /// Whether this node is one broker of a cluster.
     pub fn is_cluster(&self) -> bool {
         self.cluster
@@ -2145,14 +2146,10 @@ impl Broker {
 
     /// Reloads a shard's manifest from the control plane (a new leader's copy may be stale:
     /// the previous leader recorded objects since this broker opened the shard).
-    pub(crate) async fn refresh_manifest(&self, shard: &Shard) {
-        let Some(tier) = &shard.tier else { return };
-        let state = self.meta.local(|s| ManifestState {
-            objects: s.manifests.get(&shard.key).cloned().unwrap_or_default(),
-            floor: s.manifest_floors.get(&shard.key).copied().unwrap_or(0),
-        });
-        tier.log.mark_uploaded_below(state.uploaded_end());
-        tier.manifest.replace(state);
+    pub(crate) fn refresh_manifest(&self, shard: &Shard) {
+        if let Some(tier) = &shard.tier {
+            refresh_manifest(tier, &self.meta);
+        }
     }
 
     /// Who leads each shard of a stream, and the cluster's brokers: a cluster client's
@@ -2459,25 +2456,16 @@ async fn watch_placements(broker: std::sync::Weak<Broker>) {
             for (key, p) in placements {
                 if !p.replicas.contains(&me) {
                     // Not (or no longer) a replica: a shard still open here stops serving.
-                    if let Some(s) = b.shards.lock().get(&key).cloned()
-                        && let Some(r) = &s.repl
-                    {
-                        r.placement.send_if_modified(|old| {
-                            let changed = old.as_ref() != Some(&p);
-                            *old = Some(p.clone());
-                            changed
-                        });
+                    let open = b.shards.lock().get(&key).cloned();
+                    if let Some(r) = open.as_ref().and_then(|s| s.repl.as_ref()) {
+                        r.set_placement(&p);
                     }
                     continue;
                 }
                 match b.local_shard(&key.tenant, &key.namespace, &key.stream, key.shard) {
                     Ok((s, _)) => {
                         if let Some(r) = &s.repl {
-                            r.placement.send_if_modified(|old| {
-                                let changed = old.as_ref() != Some(&p);
-                                *old = Some(p.clone());
-                                changed
-                            });
+                            r.set_placement(&p);
                         }
                     }
                     Err(e) => {
@@ -2539,36 +2527,29 @@ async fn run_retention(
     }
 }
 
-/// Retention of a replica that does not lead: it follows the manifest the leader keeps
-/// (refreshed from the control plane) and drops local segments the object store covers under
-/// the stream's hot retention; a stream without tiering applies its retention to the copy.
+/// Replaces a shard's copy of its manifest with the control plane's applied one (the
+/// leader records objects; a replica, or a broker about to lead, catches up with them).
+fn refresh_manifest(tier: &TieredShard, meta: &MetaHandle) {
+    let state = meta.local(|s| ManifestState::of(s, &tier.key));
+    tier.log.mark_uploaded_below(state.uploaded_end());
+    tier.manifest.replace(state);
+}
+
+/// Retention of a replica that does not lead: it follows the manifest the leader keeps and
+/// applies only the local part of retention — uploaded segments under the hot policy on a
+/// tiered stream, the stream's retention to its copy on another.
 fn follower_retention(
     tier: &TieredShard,
     meta: &MetaHandle,
     settings: &StreamSettings,
-) -> Result<(), LogError> {
-    let state = meta.local(|s| ManifestState {
-        objects: s.manifests.get(&tier.key).cloned().unwrap_or_default(),
-        floor: s.manifest_floors.get(&tier.key).copied().unwrap_or(0),
-    });
-    let (uploaded_end, floor) = (state.uploaded_end(), state.floor);
-    tier.log.mark_uploaded_below(uploaded_end);
-    tier.manifest.replace(state);
-    let policy = |bytes: Option<u64>, ms: Option<u64>| felix_hot::RetentionPolicy {
-        max_bytes: bytes,
-        max_age: ms.map(Duration::from_millis),
-    };
-    if settings.tiered {
-        tier.log.alter(|c| {
-            c.retention = policy(settings.hot_retention_bytes, settings.hot_retention_ms)
-        });
-        tier.log.enforce_retention_with_floor(uploaded_end, floor)?;
+) -> Result<(), ColdError> {
+    refresh_manifest(tier, meta);
+    let acked_end = if settings.tiered {
+        tier.manifest.uploaded_end()
     } else {
-        tier.log
-            .alter(|c| c.retention = policy(settings.retention_bytes, settings.retention_ms));
-        tier.log.enforce_retention(tier.log.committed_offset())?;
-    }
-    Ok(())
+        tier.log.committed_offset()
+    };
+    retention::enforce_local(tier, settings, acked_end, Default::default()).map(|_| ())
 }
 
 /// Follows a durable shard's log: offers every committed batch, in offset order, to the

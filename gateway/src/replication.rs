@@ -79,6 +79,24 @@ impl ReplState {
         }
     }
 
+    /// Hands the shard a placement from the registry (its driver wakes only on a change).
+    pub fn set_placement(&self, p: &Placement) {
+        self.placement.send_if_modified(|old| {
+            let changed = old.as_ref() != Some(p);
+            *old = Some(p.clone());
+            changed
+        });
+    }
+
+    /// Raises the read bound to `end` (it never goes down while a role lasts).
+    fn raise_visible(&self, end: u64) {
+        self.visible.send_if_modified(|v| {
+            let moved = end > *v;
+            *v = (*v).max(end);
+            moved
+        });
+    }
+
     /// The generation this broker leads at, if it leads.
     pub fn leading(&self) -> Option<u64> {
         match &*self.role.borrow() {
@@ -181,8 +199,8 @@ pub async fn drive_shard(broker: Weak<Broker>, shard: Arc<Shard>) {
         return;
     };
     let mut placements = repl.placement.subscribe();
-    let mut follower_task: Option<tokio::task::JoinHandle<()>> = None;
-    let mut leader_task: Option<tokio::task::JoinHandle<()>> = None;
+    // The leader's or the follower's loop, whichever role this broker has.
+    let mut task: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         if shard.is_closed() {
             break;
@@ -214,10 +232,7 @@ pub async fn drive_shard(broker: Weak<Broker>, shard: Arc<Shard>) {
             (a, b) => a == b,
         };
         if !same {
-            if let Some(t) = follower_task.take() {
-                t.abort();
-            }
-            if let Some(t) = leader_task.take() {
+            if let Some(t) = task.take() {
                 t.abort();
             }
             // Whatever this broker served under its old role ends here.
@@ -227,7 +242,7 @@ pub async fn drive_shard(broker: Weak<Broker>, shard: Arc<Shard>) {
                     match become_leader(&b, &shard, &repl, &p).await {
                         Ok(()) => {
                             info!(shard = %shard.key, generation, "leading");
-                            leader_task = Some(tokio::spawn(lead(
+                            task = Some(tokio::spawn(lead(
                                 broker.clone(),
                                 shard.clone(),
                                 *generation,
@@ -247,7 +262,7 @@ pub async fn drive_shard(broker: Weak<Broker>, shard: Arc<Shard>) {
                 (Role::Follower { leader, generation }, Some(p)) => {
                     info!(shard = %shard.key, leader, generation, "following");
                     repl.role.send_replace(wanted.clone());
-                    follower_task = Some(tokio::spawn(follow(
+                    task = Some(tokio::spawn(follow(
                         broker.clone(),
                         shard.clone(),
                         *leader,
@@ -265,10 +280,7 @@ pub async fn drive_shard(broker: Weak<Broker>, shard: Arc<Shard>) {
             break;
         }
     }
-    if let Some(t) = follower_task {
-        t.abort();
-    }
-    if let Some(t) = leader_task {
+    if let Some(t) = task {
         t.abort();
     }
 }
@@ -320,62 +332,51 @@ async fn become_leader(
     // Leading again at the generation the log already has (a restart): everything in it
     // was written by this leader in this generation or earlier and kept; nothing to cut.
     let same_generation = log.generation() >= 0 && log.generation() as u64 >= p.generation;
-    if same_generation {
+    // What readers may see from the start: everything committed, nothing above it yet.
+    let visible = if same_generation {
+        let quorum = broker.is_quorum(&shard.key);
         let committed = broker
             .meta()
             .replication(&shard.key)
             .filter(|r| r.generation == p.generation)
             .map_or(start, |r| r.committed);
-        if broker.is_quorum(&shard.key) && next < committed {
+        if quorum && next < committed {
             return Err(format!(
                 "the local log ends at {next}, below the committed mark {committed} (records \
                  lost since they were acknowledged, e.g. by a machine crash)"
             ));
         }
-        log.set_generation(p.generation as i32)
-            .map_err(|e| e.to_string())?;
-        repl.followers.lock().clear();
-        let visible = if broker.is_quorum(&shard.key) {
-            broker
-                .meta()
-                .replication(&shard.key)
-                .filter(|r| r.generation == p.generation)
-                .map_or(start, |r| r.committed)
-                .max(start)
+        if quorum {
+            committed.max(start)
         } else {
             log.committed_offset()
-        };
-        repl.visible.send_replace(visible);
-        shard.reset_fanout(visible);
-        broker.refresh_manifest(shard).await;
-        repl.role.send_replace(Role::Leader {
-            generation: p.generation,
-        });
-        return Ok(());
-    }
-    if next < start {
-        // It lost records the control plane counts as committed (a machine crash under a
-        // periodic fsync policy): it must not lead, or it would hand their offsets out again.
-        return Err(format!(
-            "the local log ends at {next}, below the committed mark {start}; \
-             it cannot lead without those records"
-        ));
-    }
-    if next > start {
-        log.truncate_to(start)
-            .await
-            .map_err(|e| format!("cut the log at {start}: {e}"))?;
-        warn!(shard = %shard.key, from = start, to = next,
-            "dropped records past the committed mark before leading");
-    }
+        }
+    } else {
+        if next < start {
+            // It lost records the control plane counts as committed (a machine crash under a
+            // periodic fsync policy): it must not lead, or it would hand their offsets out
+            // again.
+            return Err(format!(
+                "the local log ends at {next}, below the committed mark {start}; \
+                 it cannot lead without those records"
+            ));
+        }
+        if next > start {
+            log.truncate_to(start)
+                .await
+                .map_err(|e| format!("cut the log at {start}: {e}"))?;
+            warn!(shard = %shard.key, from = start, to = next,
+                "dropped records past the committed mark before leading");
+        }
+        shard.reset_after_truncation().await?;
+        start
+    };
     log.set_generation(p.generation as i32)
         .map_err(|e| e.to_string())?;
-    shard.reset_after_truncation().await?;
     repl.followers.lock().clear();
-    // Everything below the start is committed; nothing above it is yet.
-    repl.visible.send_replace(start);
-    shard.reset_fanout(start);
-    broker.refresh_manifest(shard).await;
+    repl.visible.send_replace(visible);
+    shard.reset_fanout(visible);
+    broker.refresh_manifest(shard);
     repl.role.send_replace(Role::Leader {
         generation: p.generation,
     });
@@ -440,11 +441,7 @@ async fn lead(broker: Weak<Broker>, shard: Arc<Shard>, generation: u64, replicas
                                 && repl.leading() == Some(generation)
                                 && b.is_leader_at(&shard.key, generation)
                             {
-                                repl.visible.send_if_modified(|v| {
-                                    let moved = mark > *v;
-                                    *v = (*v).max(mark);
-                                    moved
-                                });
+                                repl.raise_visible(mark);
                             }
                             continue;
                         }
@@ -465,11 +462,7 @@ async fn lead(broker: Weak<Broker>, shard: Arc<Shard>, generation: u64, replicas
                     }
                 }
             } else {
-                repl.visible.send_if_modified(|v| {
-                    let moved = end > *v;
-                    *v = (*v).max(end);
-                    moved
-                });
+                repl.raise_visible(end);
             }
         }
         drop(b);
@@ -515,27 +508,23 @@ async fn follow(
     if mine >= 0
         && (mine as u64) < generation
         && let Some(end) = placement.epoch_end(mine as u64)
+        && log.next_offset() > end
     {
-        {
-            let next = log.next_offset();
-            if next > end {
-                match log.truncate_to(end).await {
-                    Ok(_) => {
-                        warn!(shard = %shard.key, from = end, to = next, generation = mine,
-                            "dropped records of an older generation that were never committed");
-                        if let Err(e) = shard.reset_after_truncation().await {
-                            warn!(shard = %shard.key, error = e, "rebuilding producer state failed");
-                        }
-                    }
-                    Err(e) => {
-                        warn!(shard = %shard.key, error = %e, "cannot cut the diverging records; not following");
-                        return;
-                    }
+        let next = log.next_offset();
+        match log.truncate_to(end).await {
+            Ok(_) => {
+                warn!(shard = %shard.key, from = end, to = next, generation = mine,
+                    "dropped records of an older generation that were never committed");
+                if let Err(e) = shard.reset_after_truncation().await {
+                    warn!(shard = %shard.key, error = e, "rebuilding producer state failed");
                 }
+            }
+            Err(e) => {
+                warn!(shard = %shard.key, error = %e, "cannot cut the diverging records; not following");
+                return;
             }
         }
     }
-    let client = ReplClient::default();
     let mut backoff = Duration::from_millis(50);
     loop {
         if repl.role.borrow().clone() != (Role::Follower { leader, generation }) {
@@ -548,6 +537,7 @@ async fn follow(
             continue;
         };
         let me = b.broker_id();
+        let client = b.peers().clone();
         drop(b);
         let from = log.next_offset();
         let req = FetchRequest {

@@ -160,7 +160,42 @@ struct Ledger {
     uncertain: HashSet<String>,
 }
 
-/// Publishers send unique ids, one record per publish, until told to stop.
+/// One publisher: ids `{name}-{i}`, one record per publish, until told to stop. `publish`
+/// answers the acknowledged offset, or `None` when the outcome is unknown.
+fn spawn_publisher<F, Fut>(
+    name: String,
+    ledger: &Arc<Mutex<Ledger>>,
+    stop: &tokio::sync::watch::Receiver<bool>,
+    publish: F,
+) -> tokio::task::JoinHandle<()>
+where
+    F: Fn(String) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Option<u64>> + Send,
+{
+    let (ledger, stop) = (ledger.clone(), stop.clone());
+    tokio::spawn(async move {
+        for i in 0.. {
+            if *stop.borrow() {
+                return;
+            }
+            let id = format!("{name}-{i}");
+            let acked = publish(id.clone()).await;
+            let mut l = ledger.lock().await;
+            match acked {
+                Some(offset) => {
+                    l.acked.insert(id, offset);
+                }
+                None => {
+                    l.uncertain.insert(id);
+                    drop(l);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    })
+}
+
+/// Three publishers through the cluster client.
 fn start_publishers(
     client: &ClusterClient,
     stream: &str,
@@ -169,32 +204,28 @@ fn start_publishers(
 ) -> Vec<tokio::task::JoinHandle<()>> {
     (0..3)
         .map(|p| {
-            let (client, ledger, stop) = (client.clone(), ledger.clone(), stop.clone());
-            let stream = stream.to_owned();
-            tokio::spawn(async move {
-                for i in 0.. {
-                    if *stop.borrow() {
-                        return;
-                    }
-                    let id = format!("p{p}-{i}");
-                    let r = client
-                        .publish_to_shard("t", "ns", &stream, 0, &[Message::new(id.clone())])
-                        .await;
-                    let mut l = ledger.lock().await;
-                    match r {
-                        Ok(published) => {
-                            l.acked.insert(id, published.base_offset);
-                        }
-                        Err(_) => {
-                            l.uncertain.insert(id);
-                            drop(l);
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                    }
+            let (client, stream) = (client.clone(), stream.to_owned());
+            spawn_publisher(format!("p{p}"), ledger, stop, move |id| {
+                let (client, stream) = (client.clone(), stream.clone());
+                async move {
+                    client
+                        .publish_to_shard("t", "ns", &stream, 0, &[Message::new(id)])
+                        .await
+                        .ok()
+                        .map(|p| p.base_offset)
                 }
             })
         })
         .collect()
+}
+
+/// Cuts a broker off the internal network (`true`) or heals the cut (fault injection).
+async fn set_isolated(broker: &Broker, isolated: bool) {
+    let method = if isolated { "POST" } else { "DELETE" };
+    let (status, body) = http_request(broker.admin_addr, method, "/v1/faults/isolate")
+        .await
+        .expect("the fault-injection route");
+    assert_eq!(status, 200, "{method} /v1/faults/isolate: {body}");
 }
 
 async fn wait_acked(ledger: &Arc<Mutex<Ledger>>, at_least: usize, what: &str) {
@@ -586,43 +617,24 @@ async fn a_leader_cut_off_the_network_acknowledges_nothing_its_successor_does_no
     // One more publisher talks to the old leader only, whatever happens: anything it is
     // told was stored must still be there at that offset at the end.
     let direct = cluster.node(x).client().await;
-    {
-        let (ledger, stop) = (ledger.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
-            for i in 0.. {
-                if *stop.borrow() {
-                    return;
-                }
-                let id = format!("direct-{i}");
-                let r = direct
-                    .publish_batch(
-                        "t",
-                        "ns",
-                        stream,
-                        vec![Message::new(id.clone())],
-                        felix_client::AckMode::Batch,
-                    )
+    tasks.push(spawn_publisher(
+        "direct".into(),
+        &ledger,
+        &stop,
+        move |id| {
+            let direct = direct.clone();
+            async move {
+                let batch = vec![Message::new(id)];
+                let published = direct
+                    .publish_batch("t", "ns", stream, batch, felix_client::AckMode::Batch)
                     .await;
-                let mut l = ledger.lock().await;
-                match r {
-                    Ok(p) if !p.is_empty() => {
-                        l.acked.insert(id, p[0].base_offset);
-                    }
-                    _ => {
-                        l.uncertain.insert(id);
-                        drop(l);
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                    }
-                }
+                published.ok()?.first().map(|p| p.base_offset)
             }
-        }));
-    }
+        },
+    ));
     wait_acked(&ledger, 150, "before the cut").await;
 
-    let (status, body) = http_request(cluster.node(x).admin_addr, "POST", "/v1/faults/isolate")
-        .await
-        .expect("isolate");
-    assert_eq!(status, 200, "isolate: {body}");
+    set_isolated(cluster.node(x), true).await;
     // The rest of the cluster moves the shard; ask a broker on that side.
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let new_leader = loop {
@@ -646,10 +658,7 @@ async fn a_leader_cut_off_the_network_acknowledges_nothing_its_successor_does_no
     let n = ledger.lock().await.acked.len();
     wait_acked(&ledger, n + 150, "after the cut").await;
 
-    let (status, body) = http_request(cluster.node(x).admin_addr, "DELETE", "/v1/faults/isolate")
-        .await
-        .expect("heal");
-    assert_eq!(status, 200, "heal: {body}");
+    set_isolated(cluster.node(x), false).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     stop_tx.send(true).expect("stop publishers");
     for t in tasks {
@@ -751,11 +760,7 @@ async fn a_quorum_subscriber_sees_nothing_a_majority_does_not_hold() {
 
     let followers: Vec<u64> = (1..=3).filter(|b| *b != leader).collect();
     for f in &followers {
-        let (status, body) =
-            http_request(cluster.node(*f).admin_addr, "POST", "/v1/faults/isolate")
-                .await
-                .expect("isolate");
-        assert_eq!(status, 200, "{body}");
+        set_isolated(cluster.node(*f), true).await;
     }
     // Straight to the leader: its write lands there, but no majority can confirm it.
     let direct = cluster.node(leader).client().await;
@@ -783,11 +788,7 @@ async fn a_quorum_subscriber_sees_nothing_a_majority_does_not_hold() {
     }
 
     for f in &followers {
-        let (status, body) =
-            http_request(cluster.node(*f).admin_addr, "DELETE", "/v1/faults/isolate")
-                .await
-                .expect("heal");
-        assert_eq!(status, 200, "{body}");
+        set_isolated(cluster.node(*f), false).await;
     }
     // After the cut, new records flow again; "during" is there at most once, before them.
     publish_n(&client, "gated", "after", 5).await;
