@@ -626,55 +626,50 @@ for s in stores:
         f"{per_gib(e, 'felix_cpu_seconds'):.1f} cold-empty and {per_gib(w, 'felix_cpu_seconds'):.1f} cold-warm"
         + (f" (SeaweedFS another {per_gib(e, 'weed_cpu_seconds'):.1f} cold-empty)" if e["weed_cpu_seconds"] > 0.5 else "")
         + f"; the load generator needed {per_gib(h, 'bench_cpu_seconds'):.1f}–{per_gib(e, 'bench_cpu_seconds'):.1f} s in every case. "
-        f"The whole machine (2 cores, other work included) was {busy(e):.0%} busy during the cold-empty replay and "
-        f"{busy(w):.0%} during the cold-warm one, so those replays ran as fast as the CPU left to them allowed: "
-        f"{e['replay']['payload_mb_per_sec']:.0f} and {w['replay']['payload_mb_per_sec']:.0f} MB/s against "
-        f"{h['replay']['payload_mb_per_sec']:.0f} MB/s hot (machine {busy(h):.0%} busy)."
-        + ("" if s != stores[0] else
-           " The hot replay used fewer cores than the cold ones: each subscription reads at most 1 MiB of history, sends "
-           "it, then reads again, and context switches are a large share of both processes' samples (profile below)."))
+        f"The whole machine (2 cores, other work included) was {busy(e):.0%} busy during the cold-empty replay "
+        f"({e['replay']['payload_mb_per_sec']:.0f} MB/s), {busy(w):.0%} during the cold-warm one "
+        f"({w['replay']['payload_mb_per_sec']:.0f} MB/s) and {busy(h):.0%} during the hot one "
+        f"({h['replay']['payload_mb_per_sec']:.0f} MB/s)."
+    )
+    hits, misses = w["store"].get("cache_hits", 0), w["store"].get("cache_misses", 0)
+    warm = w["store"]["get_requests"] <= 0.1 * max(e["store"]["get_requests"], 1)
     obs.append(
-        f"**{s}: the warm cache was not warm.** The cold-warm replay made {w['store']['get_requests']} GETs against "
-        f"{e['store']['get_requests']} for the empty cache: it refetched every row group and found only the "
-        f"{e['store']['get_requests'] - w['store']['get_requests']} object footers (kept in a separate memory map). "
-        + (f"The disk tier's file had {e['cache_dir_bytes'] / 2**30:.2f} GiB of its {e['cache_disk_setting'] / 2**30:.0f} GiB "
-           f"touched after the empty replay of {one(s, 'load')['cold_bytes'] / 2**30:.2f} GiB of objects"
-           + (f" (with twice the tier, the same replay touched {rr(s, 'cold-empty-2x-disk')['cache_dir_bytes'] / 2**30:.2f} GiB)"
-              if rr(s, "cold-empty-2x-disk") else "")
-           + ": the tier needs well over the data's size, so (we infer) it evicted the oldest row groups during the first pass, and a "
-           "sequential re-read of data larger than a FIFO-evicted cache evicts each block just before it is needed again "
-           "(no row-group hits at all). "
-           if e.get("cache_dir_bytes") else "")
-        + "Sizing `--cache-disk-bytes` at the data size is not enough.")
+        f"**{s}: the warm replay {'was served from the cache' if warm else 'went back to the object store'}.** It made "
+        f"{w['store']['get_requests']} GETs against {e['store']['get_requests']} for the empty cache "
+        f"(cache lookups {hits:,} hits / {misses:,} misses) and cost the broker "
+        f"{per_gib(w, 'felix_cpu_seconds') / per_gib(h, 'felix_cpu_seconds'):.2f}× a hot replay's CPU per GiB."
+        + (f" The cache dir held {e['cache_dir_bytes'] / 2**30:.2f} GiB of its {e['cache_disk_setting'] / 2**30:.0f} GiB "
+           f"after the empty replay of {one(s, 'load')['cold_bytes'] / 2**30:.2f} GiB of objects."
+           if e.get("cache_dir_bytes") else ""))
 for s in stores:
     e2, w2, n0 = rr(s, "cold-empty-2x-disk"), rr(s, "cold-warm-2x-disk"), rr(s, "cold-empty-no-disk")
-    e = rr(s, "cold-empty")
-    if w2 and e2:
+    e, h = rr(s, "cold-empty"), rr(s, "hot")
+    if w2 and e2 and h:
         obs.append(
             f"**{s}, twice the disk tier ({w2['cache_disk_setting'] / 2**30:.0f} GiB):** the warm replay made "
             f"{w2['store']['get_requests']} GETs ({w2['store']['get_requests'] / max(e2['store']['get_requests'], 1):.0%} of the empty one's), "
             f"the cache dir held {w2['cache_dir_bytes'] / 2**30:.2f} GiB, and the warm replay ran at "
-            f"{w2['replay']['payload_mb_per_sec']:.0f} MB/s"
-            + (f" ({w2['replay']['payload_mb_per_sec'] / rr(s, 'hot')['replay']['payload_mb_per_sec']:.2f}× hot) " if rr(s, 'hot') else " ")
-            + f"with the broker at {per_gib(w2, 'felix_cpu_seconds'):.1f} CPU s per GiB: even served from the local disk tier, a cold "
-            "read costs the broker several times a hot one (reading the disk tier, checksumming, decoding the row group, "
-            "copying batches out of it).")
+            f"{w2['replay']['payload_mb_per_sec']:.0f} MB/s "
+            f"({w2['replay']['payload_mb_per_sec'] / h['replay']['payload_mb_per_sec']:.2f}× hot) "
+            f"with the broker at {per_gib(w2, 'felix_cpu_seconds'):.1f} CPU s per GiB "
+            f"({per_gib(w2, 'felix_cpu_seconds') / per_gib(h, 'felix_cpu_seconds'):.2f}× hot).")
     if n0 and e:
         obs.append(
             f"**{s}, no disk tier (`--cache-disk-bytes 0`):** the empty-cache replay ran at "
             f"{n0['replay']['payload_mb_per_sec']:.0f} MB/s with the broker at {per_gib(n0, 'felix_cpu_seconds'):.1f} CPU s per GiB, "
             f"against {e['replay']['payload_mb_per_sec']:.0f} MB/s and {per_gib(e, 'felix_cpu_seconds'):.1f} s with the "
-            f"{e['cache_disk_setting'] / 2**30:.0f} GiB disk tier: writing fetched row groups into the disk tier is a large part "
-            "of what a first cold read costs here (the profile's kernel page-cache copies, `copy_folio_from_iter_atomic`).")
+            f"{e['cache_disk_setting'] / 2**30:.0f} GiB disk tier: writing into the disk tier cost the first cold read "
+            f"{per_gib(e, 'felix_cpu_seconds') - per_gib(n0, 'felix_cpu_seconds'):+.1f} CPU s per GiB.")
 e = rr("s3", "cold-empty") or rr("file", "cold-empty")
 if e:
     obs.append(
-        f"**GETs and bytes:** a cold replay makes {e['gets_per_mb']:.3f} GETs per MB delivered (one per 4 MiB row group, "
-        f"plus one footer per 64 MiB object: {e['store']['get_requests'] * 1024 / (e['replay']['payload_bytes'] / 2**20):.0f} GETs per GiB) "
-        f"and fetches {e['fetched_per_delivered']:.3f} bytes per byte delivered: no over-fetch. The payloads are "
+        f"**GETs and bytes:** a cold replay makes {e['gets_per_mb']:.3f} GETs per MB delivered "
+        f"({e['store']['get_requests'] * 1024 / (e['replay']['payload_bytes'] / 2**20):.0f} GETs per GiB; a row group is "
+        f"{int(row_group) / 2**20:.0f} MiB of batches and each object adds one footer GET) "
+        f"and fetches {e['fetched_per_delivered']:.3f} bytes per byte delivered. The payloads are "
         "incompressible, so objects are as large as the log and zstd stores raw blocks; compressible data would fetch "
-        "fewer bytes and spend more CPU decompressing. The cache's *misses* count every waiter on a coalesced fetch "
-        f"({e['store']['cache_misses']:,} misses for {e['store']['get_requests']:,} GETs here), so they overstate fetches.")
+        "fewer bytes and spend more CPU decompressing. Row-group cache misses count fetches, not waiters: "
+        f"{e['store']['cache_misses']:,} misses for {e['store']['get_requests']:,} GETs here.")
 for s in stores:
     lat = {l: one(s, "publish-latency", l) for l in ("alone-1", "cold-reader-empty-cache", "alone-2", "cold-reader-warm-cache")}
     if all(lat.values()):
@@ -702,22 +697,9 @@ print()
 print("## What looked wrong in the broker\n")
 lagrows = [r for r in rows if r["phase"] in ("load", "upload-lag")]
 seen = ", ".join(f"{r['upload_lag']['count']} of {r['store']['uploaded_objects']}" for r in lagrows)
-print(f"""* **`felix_tier_upload_lag_seconds` misses the segments that waited.** Observed per phase here: {seen} uploaded
-  objects. In `cold/src/uploader.rs`, `Uploader::run` records a segment's seal time (`sealed_at`) only in the
-  `sealed.recv()` branch of its `select!`, which it skips (`Ok(true) => continue`) while uploads succeed back to back.
-  A segment sealed during an upload is noted only after it has itself been uploaded, so `lag` is `None` and nothing is
-  observed. The histogram thus sees idle-time uploads and misses the backlog: its p99 is biased low exactly when lag
-  matters. (Drain `sealed.try_recv()` before each upload, or carry the seal time in `SealedSegment`.) The upload watch
-  above measures every segment from outside instead.
-* **The disk tier takes 1.6–2× the data's size** (cache dir vs objects above; 2.1 GB for 1.08 GB of objects in a
-  separate check with a 4 GiB tier), so a disk tier sized to the data gets no row-group hits on a sequential re-read.
-  Whether the amplification is block packing (16 MiB blocks, ~4.2 MiB row groups) or entries written more than once
-  was not established. `--cache-disk-bytes` documentation should say to size it at twice the data to be re-read.
-* **Coalesced fetches are decoded once per waiter.** `ColdCache::row_group` calls `get_or_fetch` (which coalesces the
-  GET) and then decodes in every caller; `read` re-spawns read-ahead for the next row groups on every 1 MiB read until
-  they are decoded, so one row group can be decoded several times (the misses-per-GET ratio above suggests about
-  three lookups per fetched row group). Cheap here (incompressible data; zstd and Parquet
-  decoding are a few % of the broker's samples), but it is wasted work that grows with compressible data.
+print(f"""* **`felix_tier_upload_lag_seconds` observed {seen} uploaded objects per phase.** A segment sealed while
+  another uploads is noted when that upload ends, so the histogram runs short by up to one upload's duration when
+  the uploader is behind; the upload watch above measures every segment from outside.
 * **`hot_retention_bytes: 0` meant "no limit" until `hot_limit()` (now in `gateway/src/broker.rs`: `0` keeps
   nothing, `u64::MAX` is unlimited)**, while `gateway/tests/broker/tiering.rs` already used `0` to keep nothing; and a
   limit of 1 byte keeps the last sealed segment when the active one is empty (Kafka's rule). The benchmark uses

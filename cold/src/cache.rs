@@ -1,9 +1,11 @@
-//! Cold reads through a cache: object footers and row groups in a foyer `HybridCache`
-//! (memory + local disk), decoded row groups in a small memory cache for sequential readers,
-//! and read-ahead so a catching-up reader finds the next row groups already fetched.
+//! Cold reads through a cache: object footers (as fetched) and row groups (decoded into
+//! record batches) in a foyer `HybridCache` (memory + local disk), the row groups being
+//! read indexed in a small memory cache for sequential readers, and read-ahead so a
+//! catching-up reader finds the next row groups already fetched.
 //!
-//! Identical concurrent fetches are coalesced by the hybrid cache's `get_or_fetch`: ten
-//! subscribers replaying the same object cost one GET per row group. Every fetch goes
+//! Identical concurrent fetches are coalesced (footers by the hybrid cache's
+//! `get_or_fetch`, row groups by a single-flight map around fetch and decode): ten
+//! subscribers replaying the same object cost one GET and one decode per row group. Every fetch goes
 //! through the [`TierStore`], whose concurrency limit keeps cold reads from crowding the
 //! uploads and, through them, the publish path.
 
@@ -13,7 +15,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use foyer::{
     BlockEngineConfig, DeviceBuilder, FsDeviceBuilder, HybridCache, HybridCacheBuilder,
     HybridCachePolicy, Source,
@@ -30,11 +32,12 @@ use crate::store::TierStore;
 pub struct CacheConfig {
     /// Directory of the disk tier (created if missing).
     pub dir: PathBuf,
-    /// Memory tier of the hybrid cache (raw footers and row groups).
+    /// Memory tier of the hybrid cache (footers, decoded row groups).
     pub memory_bytes: usize,
     /// Disk tier; 0 keeps the cache in memory only.
     pub disk_bytes: u64,
-    /// Decoded row groups kept for sequential readers.
+    /// Indexed row groups kept for sequential readers (they share their bytes with the
+    /// memory tier while both hold them).
     pub decoded_bytes: usize,
     /// Row groups a sequential reader fetches ahead of the one it reads.
     pub prefetch_row_groups: usize,
@@ -203,8 +206,20 @@ impl ColdCache {
             std::fs::create_dir_all(&config.dir).map_err(|e| {
                 ColdError::Cache(format!("cannot create {}: {e}", config.dir.display()))
             })?;
+            // Direct I/O keeps the disk tier out of the page cache: a long cold replay then
+            // neither pays a kernel copy per byte written and read nor evicts the hot
+            // logs' pages, which live reads depend on. The memory tier in front of it holds
+            // what is read again soon.
+            let direct = supports_direct_io(&config.dir);
+            if !direct {
+                tracing::info!(
+                    dir = %config.dir.display(),
+                    "the cold cache's file system refuses direct I/O; using buffered I/O"
+                );
+            }
             let device = FsDeviceBuilder::new(&config.dir)
                 .with_capacity(config.disk_bytes as usize)
+                .with_direct(direct)
                 .build()
                 .map_err(|e| ColdError::Cache(format!("disk tier: {e}")))?;
             // Blocks must hold a whole row group (a few MiB); smaller disks get smaller
@@ -334,7 +349,9 @@ impl ColdCache {
         result
     }
 
-    /// Fetches row group `n` (through the hybrid cache) and decodes it.
+    /// Row group `n` as the hybrid cache holds it: decoded batches, so a warm read costs a
+    /// cache lookup and no Parquet decode. On a miss it is fetched with one ranged GET,
+    /// decoded off the async workers and inserted (memory, then the disk tier).
     async fn fetch_and_decode(
         &self,
         object: &ObjectRef,
@@ -349,36 +366,49 @@ impl ColdCache {
                 "object {key} has no row group {n}"
             )));
         };
-        let store = i.store.clone();
-        let owned = key.to_owned();
-        let range = info.byte_range.clone();
-        let entry = i
-            .hybrid
-            .get_or_fetch(&row_group_key(&id, n), move || async move {
-                store.get_range(&owned, range).await
-            })
-            .await
-            .map_err(|e| fetch_error(key, e))?;
-        self.count(entry.source());
-        let raw = entry.value().clone();
+        let ckey = row_group_key(&id, n);
+        match i.hybrid.get(&ckey).await {
+            Ok(Some(entry)) => match DecodedRowGroup::from_batches(entry.value().clone()) {
+                Ok(rg) if rg.covers(info.first_offset, info.last_offset) => {
+                    i.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Arc::new(rg));
+                }
+                // Damaged or foreign bytes under our key: drop them and fetch again.
+                _ => {
+                    tracing::warn!(
+                        key,
+                        row_group = n,
+                        "cached row group unusable; fetching it again"
+                    );
+                    i.hybrid.remove(&ckey);
+                }
+            },
+            Ok(None) => {}
+            // A disk-tier read error is a miss, not a failed read: the object store has it.
+            Err(e) => tracing::warn!(key, row_group = n, error = %e, "cold cache lookup failed"),
+        }
+        i.stats.misses.fetch_add(1, Ordering::Relaxed);
+        let raw = i.store.get_range(key, info.byte_range.clone()).await?;
         let f = footer.clone();
         // Decoding (zstd + rebuilding batches) is CPU work: keep it off the async workers.
         let decoded = tokio::task::spawn_blocking(move || decode_row_group(&f, n, raw))
             .await
             .map_err(|e| ColdError::Cache(format!("decode task failed: {e}")))?
-            .map_err(|source| {
-                i.hybrid.remove(&row_group_key(&id, n));
-                ColdError::Segment {
-                    key: key.to_owned(),
-                    source,
-                }
+            .map_err(|source| ColdError::Segment {
+                key: key.to_owned(),
+                source,
             })?;
+        i.hybrid.insert(ckey, decoded.batches.clone());
         Ok(Arc::new(decoded))
     }
 
     /// Reads whole batches from one object, starting with the batch that holds `from`, up
     /// to about `max_bytes` (at least one batch if any is left in the object) and never
     /// reaching `end` (exclusive). Starts read-ahead of the following row groups.
+    ///
+    /// A read stays inside one row group, so what it returns is a slice of the cached
+    /// batches, never a copy; a reader at a row group's end gets the rest of it and
+    /// continues in the next row group with its next read.
     pub async fn read(
         &self,
         object: &ObjectRef,
@@ -395,37 +425,35 @@ impl ColdCache {
             return Ok(out);
         };
         self.prefetch(object, &footer, n + 1);
-        let mut parts: Vec<Bytes> = Vec::new();
-        let mut taken = 0usize;
-        'groups: while n < footer.row_groups.len() {
+        while n < footer.row_groups.len() {
             let rg = self.row_group(object, &footer, n).await?;
+            let mut span: Option<std::ops::Range<usize>> = None;
+            let mut at_end = false;
             for (first, next, range) in &rg.index {
                 if *next <= out.next_offset {
                     continue;
                 }
-                if *first >= end || (taken > 0 && taken + range.len() > max_bytes) {
-                    break 'groups;
+                if *first >= end {
+                    at_end = true;
+                    break;
                 }
-                parts.push(rg.batches.slice(range.clone()));
-                taken += range.len();
+                let taken = span.as_ref().map_or(0, |s| s.len());
+                if taken > 0 && taken + range.len() > max_bytes {
+                    break;
+                }
+                span = Some(span.map_or(range.clone(), |s| s.start..range.end));
                 out.next_offset = *next;
             }
-            n += 1;
-            if taken >= max_bytes {
+            if let Some(span) = span {
+                out.batches = rg.batches.slice(span);
+                return Ok(out);
+            }
+            if at_end {
                 break;
             }
+            // Every batch of this row group lies before `from`: look in the next one.
+            n += 1;
         }
-        out.batches = match parts.len() {
-            0 => Bytes::new(),
-            1 => parts.pop().unwrap_or_default(),
-            _ => {
-                let mut buf = BytesMut::with_capacity(taken);
-                for p in parts {
-                    buf.extend_from_slice(&p);
-                }
-                buf.freeze()
-            }
-        };
         Ok(out)
     }
 
@@ -475,12 +503,31 @@ impl ColdCache {
     }
 }
 
+/// Whether files in `dir` can be opened for direct I/O (tmpfs and some network file
+/// systems refuse `O_DIRECT`).
+fn supports_direct_io(dir: &std::path::Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join(".direct-io-probe");
+    let ok = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+        .is_ok();
+    let _ = std::fs::remove_file(&probe);
+    ok
+}
+
 fn footer_key(id: &str) -> String {
     format!("f|{id}")
 }
 
+/// Row groups are cached decoded ("d|"); "r|" entries (raw Parquet, written by earlier
+/// versions) are never looked up again and age out of a recovered disk tier.
 fn row_group_key(id: &str, n: usize) -> String {
-    format!("r|{id}|{n}")
+    format!("d|{id}|{n}")
 }
 
 /// The tail of an object that holds its whole footer: one GET normally, two when the

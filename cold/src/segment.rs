@@ -892,6 +892,48 @@ pub struct DecodedRowGroup {
     pub index: Vec<(u64, u64, Range<usize>)>,
 }
 
+impl DecodedRowGroup {
+    /// Indexes batches decoded earlier (the cache keeps only the bytes). Checks that every
+    /// batch header parses, lies inside the buffer and follows the one before it in offset
+    /// order; the CRCs were checked when the batches were rebuilt, and the cache's own
+    /// checksum covers the bytes since.
+    pub fn from_batches(batches: Bytes) -> Result<DecodedRowGroup, SegmentError> {
+        let mut index = Vec::new();
+        let mut at = 0usize;
+        let mut expect: Option<u64> = None;
+        while at < batches.len() {
+            let rest = &batches[at..];
+            let header = BatchHeader::parse(rest)
+                .map_err(|e| corrupt(&format!("cached batch at byte {at}"), e))?;
+            let len = header.total_len();
+            let first = u64::try_from(header.base_offset).ok();
+            let (Some(first), true) = (first, len <= rest.len()) else {
+                return Err(SegmentError::Corrupt(format!(
+                    "cached batch at byte {at}: base offset {} or length {len} out of range",
+                    header.base_offset
+                )));
+            };
+            if expect.is_some_and(|e| e != first) {
+                return Err(SegmentError::Corrupt(format!(
+                    "cached batch at byte {at} starts at offset {first}, not {}",
+                    expect.unwrap_or_default()
+                )));
+            }
+            let next = first + header.offset_count();
+            index.push((first, next, at..at + len));
+            expect = Some(next);
+            at += len;
+        }
+        Ok(DecodedRowGroup { batches, index })
+    }
+
+    /// Whether the batches hold exactly offsets `first..=last`.
+    pub fn covers(&self, first: u64, last: u64) -> bool {
+        self.index.first().is_some_and(|b| b.0 == first)
+            && self.index.last().is_some_and(|b| b.1 == last + 1)
+    }
+}
+
 /// Rebuilds the batches of row group `i`. `data` is exactly the bytes of
 /// `footer.row_groups[i].byte_range`. CPU-bound: run it off the async executor.
 pub fn decode_row_group(

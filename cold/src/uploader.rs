@@ -159,6 +159,22 @@ impl Uploader {
                 }
                 continue;
             }
+            // Note every segment sealed since the last look, also while uploads run back to
+            // back, so the lag histogram sees the backlog too. A segment sealed during an
+            // upload is noted when that upload ends: its lag is short by at most one
+            // upload's duration.
+            loop {
+                match sealed.try_recv() {
+                    Ok(seg) => {
+                        self.sealed_at
+                            .entry(seg.last_offset)
+                            .or_insert_with(Instant::now);
+                    }
+                    Err(broadcast::error::TryRecvError::Lagged(_)) => {}
+                    Err(broadcast::error::TryRecvError::Empty) => break,
+                    Err(broadcast::error::TryRecvError::Closed) => return,
+                }
+            }
             self.report_backlog();
             let wait = match self.upload_next().await {
                 Ok(true) => {
@@ -178,7 +194,7 @@ impl Uploader {
                 // A dropped sender (the shard is gone) stops the uploader too.
                 r = stop.changed() => if r.is_err() { return },
                 r = sealed.recv() => match r {
-                    Ok(seg) => { self.sealed_at.insert(seg.last_offset, Instant::now()); }
+                    Ok(seg) => { self.sealed_at.entry(seg.last_offset).or_insert_with(Instant::now); }
                     Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => return,
                 },

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use felix_cold::segment::{
-    EncodeOptions, ObjectFooter, ObjectInfo, SegmentEncoder, SegmentError, SegmentSummary,
-    decode_row_group, encode_to_bytes,
+    DecodedRowGroup, EncodeOptions, ObjectFooter, ObjectInfo, SegmentEncoder, SegmentError,
+    SegmentSummary, decode_row_group, encode_to_bytes,
 };
 use felix_wire::batch::{stamp_base_offset, stamp_partition_leader_epoch};
 use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
@@ -347,6 +347,11 @@ fn check_round_trip(
         }
         assert_eq!(end, decoded.batches.len());
         assert_eq!(decoded.index.len(), rebuilt.len());
+        // What the cache keeps (the bytes alone) indexes back to the same row group.
+        let cached = DecodedRowGroup::from_batches(decoded.batches.clone()).expect("re-indexes");
+        assert_eq!(cached.index, decoded.index);
+        assert!(cached.covers(rg.first_offset, rg.last_offset));
+        assert!(!cached.covers(rg.first_offset, rg.last_offset + 1));
         // Row groups hold whole batches and tile the object's offsets.
         assert_eq!(
             rebuilt[0].header.base_offset as u64, rg.first_offset,
@@ -789,6 +794,32 @@ async fn objects_that_are_not_felix_objects_get_typed_errors() {
     assert!(matches!(err, SegmentError::Corrupt(_)), "{err:?}");
     let err = ObjectFooter::parse(&garbage[..100], 50).expect_err("tail longer than the object");
     assert!(matches!(err, SegmentError::InvalidArgument(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn cached_row_group_bytes_that_do_not_index_are_refused() {
+    let mut batches = simple_batch(3, 0);
+    batches.extend_from_slice(&simple_batch(2, 3));
+    let whole = Bytes::from(batches);
+    let rg = DecodedRowGroup::from_batches(whole.clone()).expect("two contiguous batches");
+    assert_eq!(
+        rg.index.iter().map(|i| (i.0, i.1)).collect::<Vec<_>>(),
+        [(0, 3), (3, 5)]
+    );
+    assert!(rg.covers(0, 4));
+    // Cut short, a gap between batches, garbage: typed errors.
+    for bad in [
+        whole.slice(..whole.len() - 1),
+        {
+            let mut gap = simple_batch(3, 0);
+            gap.extend_from_slice(&simple_batch(2, 4));
+            Bytes::from(gap)
+        },
+        Bytes::from(vec![0xAB; 200]),
+    ] {
+        let err = DecodedRowGroup::from_batches(bad).expect_err("refused");
+        assert!(matches!(err, SegmentError::Corrupt(_)), "{err:?}");
+    }
 }
 
 #[tokio::test]

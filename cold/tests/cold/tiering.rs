@@ -14,7 +14,7 @@ use felix_cold::faults::{Faults, FaultyStore};
 use felix_cold::retention::{self, RetentionReport};
 use felix_cold::segment::{EncodeOptions, ObjectInfo, encode_to_bytes};
 use felix_cold::store::{StoreConfig, StoreError, TierStore};
-use felix_cold::tiered::{Manifest, Tier, TieredShard};
+use felix_cold::tiered::{Manifest, Tier, TieredRead, TieredShard};
 use felix_cold::uploader::{NoObserver, Uploader, UploaderConfig, object_key};
 use felix_hot::{LogConfig, SealedSegment, ShardLog};
 use felix_meta::model::{SegmentEntry, ShardKey, StreamSettings, TierState};
@@ -422,6 +422,26 @@ async fn read_all(shard: &TieredShard, from: u64, max_bytes: usize) -> Vec<(Tier
 }
 
 /// The cache's reference to a recorded object.
+/// Reads one cold object from its first offset to its last, read after read (a read
+/// stays inside one row group), as one `TieredRead`.
+async fn read_whole_object(shard: &TieredShard, o: SegmentEntry) -> Result<TieredRead, ColdError> {
+    let mut at = o.base_offset;
+    let mut bytes = Vec::new();
+    let mut tier = Tier::Cold;
+    while at <= o.last_offset {
+        let read = shard.read(at, 1 << 20, Some(o.last_offset + 1)).await?;
+        assert!(read.next_offset > at, "a read at {at} made progress");
+        bytes.extend_from_slice(&read.batches);
+        tier = read.tier;
+        at = read.next_offset;
+    }
+    Ok(TieredRead {
+        batches: bytes.into(),
+        next_offset: at,
+        tier,
+    })
+}
+
 fn object_ref(entry: &SegmentEntry) -> ObjectRef {
     ObjectRef::of(entry).expect("a recorded object has a key")
 }
@@ -873,18 +893,14 @@ async fn cold_reads_are_cached_survive_failed_gets_and_coalesce_concurrent_fetch
             .cloned()
             .collect()
     };
-    let read_object = |o: &SegmentEntry| {
-        let shard = &rig.shard;
-        let base = o.base_offset;
-        async move { shard.read(base, 1 << 20, None).await }
-    };
+    let read_object = |o: &SegmentEntry| read_whole_object(&rig.shard, o.clone());
 
     // Cold cache: the footer and every row group cost one GET each.
     let o = &objects[1];
     let gets = rig.faults.gets();
     let read = read_object(o).await.expect("cold read");
     assert_eq!(read.tier, Tier::Cold);
-    assert_eq!(read.next_offset, o.last_offset + 1, "one object per read");
+    assert_eq!(read.next_offset, o.last_offset + 1, "the whole object");
     let footer = rig.cache.footer(&object_ref(o)).await.expect("footer");
     let row_groups = footer.row_groups.len() as u64;
     assert!(row_groups >= 2, "several row groups: {row_groups}");
@@ -936,8 +952,8 @@ async fn cold_reads_are_cached_survive_failed_gets_and_coalesce_concurrent_fetch
     let readers: Vec<_> = (0..8)
         .map(|_| {
             let shard = shard.clone();
-            let base = o.base_offset;
-            tokio::spawn(async move { shard.read(base, 1 << 20, None).await })
+            let o = o.clone();
+            tokio::spawn(async move { read_whole_object(&shard, o).await })
         })
         .collect();
     let mut results = Vec::new();
