@@ -57,6 +57,8 @@ ROW_GROUP_BYTES=${ROW_GROUP_BYTES:-$((4 << 20))}
 RETENTION_CHECK_MS=${RETENTION_CHECK_MS:-1000}
 PROFILE=${PROFILE:-1}
 CACHE_EXPERIMENTS=${CACHE_EXPERIMENTS:-1}
+# Replays of each main case (hot, cold-empty, cold-warm); the tables show the median run.
+REPLAY_REPS=${REPLAY_REPS:-3}
 CUR_CACHE_DISK=$CACHE_DISK_BYTES
 S3_KEY=test
 S3_SECRET=testsecret
@@ -348,13 +350,19 @@ for store in $STORES; do
   phase "$store" --phase load --stream catchup --gib "$GIB" --segment-bytes "$SEGMENT_BYTES"
   rate=$(json "$LINE" '["publish"]["records_per_sec"] / 2')
   rate=$(printf '%.0f' "$rate")
-  phase "$store" --phase replay --stream catchup --expect hot --label hot
+  for _ in $(seq 1 "$REPLAY_REPS"); do
+    phase "$store" --phase replay --stream catchup --expect hot --label hot
+  done
   [ "$PROFILE" = 1 ] && [ "$store" = s3 ] && profile "$store" hot --phase replay --stream catchup --expect hot
   phase "$store" --phase make-cold --stream catchup
   stop_felix
   start_felix "$store"
-  phase "$store" --phase replay --stream catchup --expect cold --label cold-empty
-  phase "$store" --phase replay --stream catchup --expect cold --label cold-warm
+  for rep in $(seq 1 "$REPLAY_REPS"); do
+    # Every pair starts from a wiped cache.
+    [ "$rep" = 1 ] || { stop_felix; start_felix "$store"; }
+    phase "$store" --phase replay --stream catchup --expect cold --label cold-empty
+    phase "$store" --phase replay --stream catchup --expect cold --label cold-warm
+  done
   stop_felix
   start_felix "$store"
   phase "$store" --phase publish-latency --stream catchup --rate "$rate" --seconds "$LAT_SECS" \
@@ -424,11 +432,25 @@ prof = [r for r in rows if r["phase"] == "profile"]
 rows = [r for r in rows if r["phase"] != "profile"]
 stores = [s for s in ("s3", "file") if any(r["object_store"] == s for r in rows)]
 store_name = {"s3": "S3 (SeaweedFS `weed mini`, loopback)", "file": "`file://` (local directory)"}
+def all_of(store, phase, label=None):
+    return [r for r in rows
+            if r["object_store"] == store and r["phase"] == phase and (label is None or r["label"] == label)]
 def one(store, phase, label=None):
-    for r in rows:
-        if r["object_store"] == store and r["phase"] == phase and (label is None or r["label"] == label):
-            return r
-    return None
+    """The run of a case; for a replay repeated REPLAY_REPS times, the median by MB/s."""
+    runs = all_of(store, phase, label)
+    if not runs:
+        return None
+    if phase == "replay":
+        runs = sorted(runs, key=lambda r: r["replay"]["payload_mb_per_sec"])
+        return runs[(len(runs) - 1) // 2]
+    return runs[0]
+def spread(store, label):
+    """' (min–max of N)' for a repeated replay, '' for a single run."""
+    runs = all_of(store, "replay", label)
+    if len(runs) < 2:
+        return ""
+    v = sorted(r["replay"]["payload_mb_per_sec"] for r in runs)
+    return f" ({v[0]:.0f}–{v[-1]:.0f}, {len(v)} runs)"
 cpu = open("/proc/cpuinfo").read()
 model = re.search(r"model name\s*:\s*(.*)", cpu)
 mem_gib = int(re.search(r"MemTotal:\s*(\d+)", open("/proc/meminfo").read()).group(1)) / 1048576
@@ -446,7 +468,7 @@ load_of = lambda r: f"{r['loadavg_before'][0]:.1f} → {r['loadavg_after'][0]:.1
 gib = lambda b: f"{b / 2**30:.2f} GiB"
 
 print(f"# Catch-up across tiers: replay speed hot vs cold ({datetime.date.today()})\n")
-print(f"Command: `{command}` (one run; {int(total_secs) // 60} min {int(total_secs) % 60} s in all). Raw lines: `catchup.jsonl` (one per phase).\n")
+print(f"Command: `{command}` (replays of the main cases repeated, median shown; {int(total_secs) // 60} min {int(total_secs) % 60} s in all). Raw lines: `catchup.jsonl` (one per phase).\n")
 print(f"* Machine: {model.group(1) if model else platform.machine()}, {ncpu} cores, {mem_gib:.0f} GiB, kernel {platform.release()}. "
       f"**Other work shares this machine** (other engineers' builds and tests may have been running): the 1-minute load average "
       f"ranged {min(loads):.1f}–{max(loads):.1f} across the phases (before/after each is in the tables), and processes other than "
@@ -509,7 +531,7 @@ def replay_row(r, hot, target):
     xs = "n/a" if x is None else f"{x:.2f}×"
     cache = (f"{r['cache_dir_bytes'] / 2**30:.2f} of {r['cache_disk_setting'] / 2**30:.0f} GiB"
              if "cache_dir_bytes" in r else "n/a")
-    return (f"| {r['label']} | {rp['payload_mb_per_sec']:.0f} ({rp['payload_mb_per_sec'] * ratio:.0f}) | {xs} | {tgt} "
+    return (f"| {r['label']}{spread(r['object_store'], r['label'])} | {rp['payload_mb_per_sec']:.0f} ({rp['payload_mb_per_sec'] * ratio:.0f}) | {xs} | {tgt} "
             f"| {rp['first_record_ms']:.0f} | {r['store']['get_requests']:,} | {r['gets_per_mb']:.3f} "
             f"| {r['fetched_per_delivered']:.3f} | {r['store']['cache_hits']:,} / {r['store']['cache_misses']:,} | {cache} "
             f"| {r['felix_cpu_seconds']:.1f} / {r['weed_cpu_seconds']:.1f} / {r['bench_cpu_seconds']:.1f} "
@@ -530,7 +552,8 @@ for s in stores:
           f"{ld['upload_drain_seconds']:.1f} s after the last ack (objects: {gib(ld['cold_bytes'])}, "
           f"{ld['store']['uploaded_objects']} of them, {ld['store']['put_requests']} PUT requests). "
           + (f"Hot retention 1 ms then removed the local copy within {mc['seconds']:.1f} s of the alter. " if mc else "")
-          + "The hot replay ran before that, with every upload finished; the cold replays after a restart with the cache dir wiped.\n")
+          + "The hot replays ran before that, with every upload finished; each cold-empty/cold-warm pair after a restart with "
+          "the cache dir wiped. Each case row is the median run by MB/s, its range in brackets after the label.\n")
     print(head)
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for label, target in (("hot", None), ("cold-empty", 0.7), ("cold-warm", 0.95)):
