@@ -106,8 +106,10 @@ impl Subscription {
                 let total = Frame::peek_len(&self.buf, self.max_frame)
                     .map_err(|e| ClientError::Protocol(e.to_string()))?;
                 if self.buf.len() >= total {
-                    let bytes = self.buf.split_to(total);
-                    let (frame, _) = Frame::decode(&bytes, self.max_frame)
+                    // Frozen, the frame's bytes are shared by its body and the records
+                    // decoded from it: no copy after the one into `buf`.
+                    let bytes = self.buf.split_to(total).freeze();
+                    let (frame, _) = Frame::decode_shared(&bytes, self.max_frame)
                         .map_err(|e| ClientError::Protocol(e.to_string()))?;
                     return Ok(Some(frame));
                 }
@@ -232,7 +234,7 @@ fn end_error(body: ErrorBody, next_offset: u64) -> ClientError {
 /// Decodes every data batch in `body` (any codec), appending its records at or above
 /// `min_offset` to `out`.
 pub(crate) fn decode_records(
-    body: &[u8],
+    body: &Bytes,
     min_offset: u64,
     out: &mut VecDeque<Event>,
 ) -> Result<(), ClientError> {
@@ -243,8 +245,9 @@ pub(crate) fn decode_records(
         if header.is_control() || header.last_offset() < min_offset as i64 {
             continue;
         }
-        let batch = DecodedBatch::decode(bytes, DEFAULT_MAX_DECOMPRESSED)
-            .map_err(|e| ClientError::Protocol(format!("bad record batch in an event: {e}")))?;
+        let batch =
+            DecodedBatch::decode_shared(&body.slice_ref(bytes), DEFAULT_MAX_DECOMPRESSED)
+                .map_err(|e| ClientError::Protocol(format!("bad record batch in an event: {e}")))?;
         for r in batch.records {
             let Ok(offset) = u64::try_from(r.offset) else {
                 continue;
@@ -290,7 +293,7 @@ mod tests {
         body.extend(batch(13, &["marker"], Compression::None, true));
         body.extend(batch(14, &["d", "e"], Compression::Zstd, false));
         let mut out = VecDeque::new();
-        decode_records(&body, 12, &mut out).unwrap();
+        decode_records(&Bytes::from(body), 12, &mut out).unwrap();
         let got: Vec<(u64, &[u8])> = out.iter().map(|e| (e.offset, &e.payload[..])).collect();
         assert_eq!(got, vec![(12, &b"c"[..]), (14, &b"d"[..]), (15, &b"e"[..])]);
         assert_eq!(out[0].timestamp, 102);
@@ -306,7 +309,8 @@ mod tests {
             Compression::Zstd,
         ] {
             let mut out = VecDeque::new();
-            decode_records(&batch(0, &["x", "y"], codec, false), 0, &mut out).unwrap();
+            let body = Bytes::from(batch(0, &["x", "y"], codec, false));
+            decode_records(&body, 0, &mut out).unwrap();
             assert_eq!(out.len(), 2, "{codec:?}");
         }
     }
@@ -318,7 +322,7 @@ mod tests {
         body[last] ^= 0xff;
         let mut out = VecDeque::new();
         assert!(matches!(
-            decode_records(&body, 0, &mut out),
+            decode_records(&Bytes::from(body), 0, &mut out),
             Err(ClientError::Protocol(_))
         ));
     }

@@ -103,12 +103,17 @@ async fn read_frame(recv: &mut quinn::RecvStream, max: usize) -> Result<Frame, R
     if n > max {
         return Err(ReadError::Frame(FrameError::TooLarge { len: n, max }));
     }
-    let mut buf = vec![0u8; 4 + n];
-    buf[..4].copy_from_slice(&len);
-    recv.read_exact(&mut buf[4..])
-        .await
-        .map_err(|_| ReadError::Gone)?;
-    Frame::decode(&buf, max)
+    // Chunks are appended as they arrive (no zeroed buffer to overwrite), and the frame's
+    // body is a slice of this buffer (no second copy of a publish's batches).
+    let mut buf = Vec::with_capacity(4 + n);
+    buf.extend_from_slice(&len);
+    while buf.len() < 4 + n {
+        match recv.read_chunk(4 + n - buf.len(), true).await {
+            Ok(Some(chunk)) => buf.extend_from_slice(&chunk.bytes),
+            Ok(None) | Err(_) => return Err(ReadError::Gone),
+        }
+    }
+    Frame::decode_shared(&Bytes::from(buf), max)
         .map(|(f, _)| f)
         .map_err(ReadError::Frame)
 }

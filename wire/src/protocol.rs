@@ -134,6 +134,32 @@ impl Frame {
 
     /// Decodes one whole frame at the start of `buf`; returns it and the bytes it used.
     pub fn decode(buf: &[u8], max: usize) -> Result<(Frame, usize), FrameError> {
+        let (kind, header, body) = Frame::layout(buf, max)?;
+        let frame = Frame {
+            kind,
+            header: buf[header].to_vec(),
+            body: bytes::Bytes::copy_from_slice(&buf[body.clone()]),
+        };
+        Ok((frame, body.end))
+    }
+
+    /// [`Frame::decode`] with the body a slice of `buf` rather than a copy.
+    pub fn decode_shared(buf: &bytes::Bytes, max: usize) -> Result<(Frame, usize), FrameError> {
+        let (kind, header, body) = Frame::layout(buf, max)?;
+        let frame = Frame {
+            kind,
+            header: buf[header].to_vec(),
+            body: buf.slice(body.clone()),
+        };
+        Ok((frame, body.end))
+    }
+
+    /// The kind and the byte ranges of the header and the body of the frame at the start
+    /// of `buf` (the body ends where the frame does).
+    fn layout(
+        buf: &[u8],
+        max: usize,
+    ) -> Result<(FrameKind, std::ops::Range<usize>, std::ops::Range<usize>), FrameError> {
         let total = Frame::peek_len(buf, max)?;
         if buf.len() < total {
             return Err(FrameError::Truncated {
@@ -146,9 +172,8 @@ impl Frame {
         if header_len > MAX_HEADER || FRAME_PREFIX + header_len > total {
             return Err(FrameError::Inconsistent);
         }
-        let header = buf[FRAME_PREFIX..FRAME_PREFIX + header_len].to_vec();
-        let body = bytes::Bytes::copy_from_slice(&buf[FRAME_PREFIX + header_len..total]);
-        Ok((Frame { kind, header, body }, total))
+        let body_start = FRAME_PREFIX + header_len;
+        Ok((kind, FRAME_PREFIX..body_start, body_start..total))
     }
 
     /// Parses the header as `T`.
@@ -540,6 +565,10 @@ mod tests {
         let (g, used) = Frame::decode(&enc, DEFAULT_MAX_FRAME).expect("decodes");
         assert_eq!(used, enc.len());
         assert_eq!(g, f);
+        let mut trailing = enc.clone();
+        trailing.extend_from_slice(b"next frame");
+        let (h, used) = Frame::decode_shared(&trailing.into(), DEFAULT_MAX_FRAME).expect("shared");
+        assert_eq!((h, used), (f.clone(), enc.len()));
         assert!(matches!(
             g.header::<Request>(),
             Ok(Request::Publish { shard: 2, .. })

@@ -124,15 +124,31 @@ impl DecodedBatch {
     /// Validates and decodes the whole batch at the start of `buf`, decompressing at most
     /// `max_decompressed` bytes of records. Trailing bytes after the batch are ignored.
     pub fn decode(buf: &[u8], max_decompressed: usize) -> Result<DecodedBatch, WireError> {
+        Self::decode_from(buf, None, max_decompressed)
+    }
+
+    /// [`DecodedBatch::decode`] without copying keys, values and header values: they are
+    /// slices of `buf` (or, for a compressed batch, of its decompressed records), so the
+    /// records keep that memory alive. For readers that hand records on whole, like a
+    /// subscriber.
+    pub fn decode_shared(buf: &Bytes, max_decompressed: usize) -> Result<DecodedBatch, WireError> {
+        Self::decode_from(buf, Some(buf), max_decompressed)
+    }
+
+    fn decode_from(
+        buf: &[u8],
+        owner: Option<&Bytes>,
+        max_decompressed: usize,
+    ) -> Result<DecodedBatch, WireError> {
         let (header, total) = BatchHeader::validate(buf, usize::MAX)?;
         let body = &buf[BATCH_HEADER_LEN..total];
         let codec = header.compression()?;
         let decompressed;
-        let records_bytes: &[u8] = match codec {
-            Compression::None => body,
+        let (records_bytes, owner): (&[u8], Option<&Bytes>) = match codec {
+            Compression::None => (body, owner),
             other => {
-                decompressed = decompress(other, body, max_decompressed)?;
-                &decompressed
+                decompressed = Bytes::from(decompress(other, body, max_decompressed)?);
+                (&decompressed, owner.map(|_| &decompressed))
             }
         };
         let count = header.records_count as usize;
@@ -146,6 +162,7 @@ impl DecodedBatch {
         let mut records = Vec::with_capacity(count);
         let mut cur = Cursor {
             buf: records_bytes,
+            owner,
             pos: 0,
         };
         for index in 0..count {
@@ -169,6 +186,8 @@ impl DecodedBatch {
 
 struct Cursor<'a> {
     buf: &'a [u8],
+    /// The `Bytes` that `buf` lies in, when fields may be slices of it instead of copies.
+    owner: Option<&'a Bytes>,
     pos: usize,
 }
 
@@ -229,7 +248,14 @@ impl Cursor<'_> {
                 index,
                 reason: "negative field length",
             }),
-            n => Ok(Some(Bytes::copy_from_slice(self.bytes(n as usize, index)?))),
+            n => {
+                let owner = self.owner;
+                let field = self.bytes(n as usize, index)?;
+                Ok(Some(match owner {
+                    Some(o) => o.slice_ref(field),
+                    None => Bytes::copy_from_slice(field),
+                }))
+            }
         }
     }
 }

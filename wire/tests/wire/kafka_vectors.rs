@@ -176,6 +176,13 @@ fn check_batch(file: &str, bytes: &[u8], want: &Expected, check_length: bool) {
     );
     assert_eq!(h.records_count, want.records_count, "{file}");
     assert_eq!(d.records, want.records, "{file}");
+    // The zero-copy decode gives the same batch.
+    let shared = DecodedBatch::decode_shared(
+        &bytes::Bytes::copy_from_slice(bytes),
+        DEFAULT_MAX_DECOMPRESSED,
+    )
+    .unwrap_or_else(|e| panic!("{file} (shared): {e}"));
+    assert_eq!(shared, d, "{file}");
 }
 
 #[test]
