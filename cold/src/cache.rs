@@ -5,9 +5,9 @@
 //!
 //! Identical concurrent fetches are coalesced (footers by the hybrid cache's
 //! `get_or_fetch`, row groups by a single-flight map around fetch and decode): ten
-//! subscribers replaying the same object cost one GET and one decode per row group. Every fetch goes
-//! through the [`TierStore`], whose concurrency limit keeps cold reads from crowding the
-//! uploads and, through them, the publish path.
+//! subscribers replaying the same object cost one GET and one decode per row group. Every
+//! fetch goes through the [`TierStore`], whose concurrency limit keeps cold reads from
+//! crowding the uploads and, through them, the publish path.
 
 use std::collections::HashMap;
 use std::hash::Hash;

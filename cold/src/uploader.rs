@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use felix_hot::ShardLog;
+use felix_hot::{SealedSegment, ShardLog};
 use felix_meta::model::{SegmentEntry, ShardKey, TierState};
 use felix_meta::{Applied, CommandError, MetaError, MetaHandle};
 use felix_wire::BatchHeader;
@@ -165,11 +165,7 @@ impl Uploader {
             // upload's duration.
             loop {
                 match sealed.try_recv() {
-                    Ok(seg) => {
-                        self.sealed_at
-                            .entry(seg.last_offset)
-                            .or_insert_with(Instant::now);
-                    }
+                    Ok(seg) => self.note_sealed(&seg),
                     Err(broadcast::error::TryRecvError::Lagged(_)) => {}
                     Err(broadcast::error::TryRecvError::Empty) => break,
                     Err(broadcast::error::TryRecvError::Closed) => return,
@@ -194,13 +190,20 @@ impl Uploader {
                 // A dropped sender (the shard is gone) stops the uploader too.
                 r = stop.changed() => if r.is_err() { return },
                 r = sealed.recv() => match r {
-                    Ok(seg) => { self.sealed_at.entry(seg.last_offset).or_insert_with(Instant::now); }
+                    Ok(seg) => self.note_sealed(&seg),
                     Err(broadcast::error::RecvError::Lagged(_)) => {}
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = tokio::time::sleep(wait) => {}
             }
         }
+    }
+
+    /// Remembers when a segment was first seen sealed, for the upload-lag histogram.
+    fn note_sealed(&mut self, seg: &SealedSegment) {
+        self.sealed_at
+            .entry(seg.last_offset)
+            .or_insert_with(Instant::now);
     }
 
     fn report_backlog(&self) {
