@@ -58,6 +58,8 @@ const PAGE_ROWS: usize = 8192;
 const ARROW_CHUNK_BYTES: usize = 8 << 20;
 /// Rows per Arrow batch when reading a row group back.
 const READ_BATCH_ROWS: usize = 8192;
+/// Most a row group's rebuild allocates up front (a hint; the output grows past it).
+const MAX_REBUILD_RESERVE: usize = 64 << 20;
 
 const ATTR_COMPRESSION_MASK: i16 = 0x07;
 
@@ -969,7 +971,16 @@ pub fn decode_row_group(
         .empty_batches
         .iter()
         .filter(|e| e.base_offset >= rg.first_offset && e.base_offset <= rg.last_offset);
-    let mut rebuild = Rebuild::new(rg, empties.collect());
+    // The rebuilt batches are a little smaller than the row group's uncompressed column
+    // data (offsets and timestamps shrink to varint deltas), so that size, capped, saves
+    // the output's regrowth copies.
+    let capacity = footer
+        .metadata
+        .metadata()
+        .row_group(i)
+        .total_byte_size()
+        .clamp(0, MAX_REBUILD_RESERVE as i64) as usize;
+    let mut rebuild = Rebuild::new(rg, empties.collect(), capacity);
     let mut rows = 0u64;
     for columns in reader {
         let columns = columns.map_err(|e| corrupt(&format!("row group {i}"), e))?;
@@ -1123,20 +1134,19 @@ struct Rebuild<'a> {
     open: Option<OpenBatch>,
     /// Where the next batch must start, when no batch is open.
     expect: i64,
-    record: Vec<u8>,
 }
 
 impl<'a> Rebuild<'a> {
-    fn new(rg: &RowGroupInfo, empties: Vec<&'a EmptyBatch>) -> Rebuild<'a> {
+    /// `capacity`: about the bytes the batches will take, so the output is allocated once.
+    fn new(rg: &RowGroupInfo, empties: Vec<&'a EmptyBatch>, capacity: usize) -> Rebuild<'a> {
         Rebuild {
             first_offset: rg.first_offset as i64,
             last_offset: rg.last_offset as i64,
             empties: empties.into_iter().peekable(),
-            out: Vec::new(),
+            out: Vec::with_capacity(capacity),
             index: Vec::new(),
             open: None,
             expect: rg.first_offset as i64,
-            record: Vec::with_capacity(256),
         }
     }
 
@@ -1188,13 +1198,6 @@ impl<'a> Rebuild<'a> {
                 .ok_or_else(|| SegmentError::Corrupt("batch with too many records".into()))?;
             b.last_record = offset;
 
-            let rec = &mut self.record;
-            rec.clear();
-            rec.push(0); // record attributes: unused in v2
-            put_varlong(rec, timestamp.wrapping_sub(b.base_timestamp));
-            put_varlong(rec, delta as i64);
-            put_nullable(rec, bytes_at(c.key, row))?;
-            put_nullable(rec, bytes_at(c.payload, row))?;
             if c.headers.is_null(row) {
                 return Err(SegmentError::Corrupt(format!(
                     "offset {offset}: null headers"
@@ -1204,18 +1207,40 @@ impl<'a> Rebuild<'a> {
                 header_offsets[row] as usize,
                 header_offsets[row + 1] as usize,
             );
-            put_varlong(rec, (to - from) as i64);
-            for h in from..to {
-                if !c.header_keys.is_valid(h) {
-                    return Err(SegmentError::Corrupt(format!(
-                        "offset {offset}: null header key"
-                    )));
-                }
-                put_nullable(rec, Some(c.header_keys.value(h).as_bytes()))?;
-                put_nullable(rec, bytes_at(c.header_values, h))?;
+            if let Some(h) = (from..to).find(|&h| !c.header_keys.is_valid(h)) {
+                return Err(SegmentError::Corrupt(format!(
+                    "offset {offset}: null header key {}",
+                    h - from
+                )));
             }
-            put_varlong(&mut self.out, rec.len() as i64);
-            self.out.extend_from_slice(rec);
+            // The record goes straight into the output: its length prefix comes first, so
+            // it is computed from the fields rather than by encoding the record twice.
+            let ts_delta = timestamp.wrapping_sub(b.base_timestamp);
+            let (key, payload) = (bytes_at(c.key, row), bytes_at(c.payload, row));
+            let mut len = 1
+                + varlong_len(ts_delta)
+                + varlong_len(delta as i64)
+                + nullable_len(key)?
+                + nullable_len(payload)?
+                + varlong_len((to - from) as i64);
+            for h in from..to {
+                len += nullable_len(Some(c.header_keys.value(h).as_bytes()))?
+                    + nullable_len(bytes_at(c.header_values, h))?;
+            }
+            let out = &mut self.out;
+            put_varlong(out, len as i64);
+            let record_start = out.len();
+            out.push(0); // record attributes: unused in v2
+            put_varlong(out, ts_delta);
+            put_varlong(out, delta as i64);
+            put_nullable(out, key)?;
+            put_nullable(out, payload)?;
+            put_varlong(out, (to - from) as i64);
+            for h in from..to {
+                put_nullable(out, Some(c.header_keys.value(h).as_bytes()))?;
+                put_nullable(out, bytes_at(c.header_values, h))?;
+            }
+            debug_assert_eq!(out.len() - record_start, len, "record length prefix");
         }
         Ok(())
     }
@@ -1365,6 +1390,24 @@ fn put_varlong(out: &mut Vec<u8>, v: i64) {
         z >>= 7;
     }
     out.push(z as u8);
+}
+
+/// Bytes `put_varlong` writes for `v`.
+fn varlong_len(v: i64) -> usize {
+    let z = ((v << 1) ^ (v >> 63)) as u64;
+    (64 - (z | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// Bytes `put_nullable` writes for `v`.
+fn nullable_len(v: Option<&[u8]>) -> Result<usize, SegmentError> {
+    Ok(match v {
+        None => varlong_len(-1),
+        Some(b) => {
+            let len = i32::try_from(b.len())
+                .map_err(|_| SegmentError::Corrupt("field over 2 GiB".into()))?;
+            varlong_len(len as i64) + b.len()
+        }
+    })
 }
 
 fn put_nullable(out: &mut Vec<u8>, v: Option<&[u8]>) -> Result<(), SegmentError> {
