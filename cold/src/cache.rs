@@ -22,6 +22,7 @@ use foyer::{
 };
 use parking_lot::Mutex;
 
+use crate::decode_pool::DecodePool;
 use crate::error::ColdError;
 use crate::segment::{DecodedRowGroup, ObjectFooter, decode_row_group};
 use crate::store::TierStore;
@@ -41,6 +42,9 @@ pub struct CacheConfig {
     pub decoded_bytes: usize,
     /// Row groups a sequential reader fetches ahead of the one it reads.
     pub prefetch_row_groups: usize,
+    /// Threads that decode fetched row groups, at a lower priority than the publish path
+    /// ([`DecodePool`]); every cold reader of the broker shares them.
+    pub decode_threads: usize,
 }
 
 impl CacheConfig {
@@ -51,6 +55,7 @@ impl CacheConfig {
             disk_bytes: 1 << 30,
             decoded_bytes: 64 << 20,
             prefetch_row_groups: 2,
+            decode_threads: 2,
         }
     }
 }
@@ -108,6 +113,8 @@ pub struct ColdRead {
     pub batches: Bytes,
     /// One past the last offset returned (the requested offset if nothing was).
     pub next_offset: u64,
+    /// Row groups of the object after the one this read came from (0 when nothing was read).
+    pub row_groups_after: usize,
 }
 
 /// A small least-recently-used map, weighed in bytes. Linear eviction is fine: it holds
@@ -181,6 +188,7 @@ struct Inner {
     /// (or another reader) decodes the same row group waits for that decode instead of
     /// decoding it again.
     decoding: Mutex<HashMap<(String, usize), DecodeCell>>,
+    decoder: DecodePool,
     config: CacheConfig,
     stats: CacheStats,
 }
@@ -233,6 +241,8 @@ impl ColdCache {
             builder.build().await
         }
         .map_err(|e| ColdError::Cache(e.to_string()))?;
+        let decoder = DecodePool::new(config.decode_threads)
+            .map_err(|e| ColdError::Cache(format!("cannot start the decode threads: {e}")))?;
         Ok(ColdCache {
             inner: Arc::new(Inner {
                 store,
@@ -240,6 +250,7 @@ impl ColdCache {
                 footers: Mutex::new(Lru::new(16 << 20)),
                 decoded: Mutex::new(Lru::new(config.decoded_bytes.max(1 << 20))),
                 decoding: Mutex::new(HashMap::new()),
+                decoder,
                 config,
                 stats: CacheStats::default(),
             }),
@@ -390,10 +401,13 @@ impl ColdCache {
         i.stats.misses.fetch_add(1, Ordering::Relaxed);
         let raw = i.store.get_range(key, info.byte_range.clone()).await?;
         let f = footer.clone();
-        // Decoding (zstd + rebuilding batches) is CPU work: keep it off the async workers.
-        let decoded = tokio::task::spawn_blocking(move || decode_row_group(&f, n, raw))
+        // Decoding (zstd + rebuilding batches) is CPU work: off the async workers, on the
+        // bounded, lower-priority decode threads.
+        let decoded = i
+            .decoder
+            .run(move || decode_row_group(&f, n, raw))
             .await
-            .map_err(|e| ColdError::Cache(format!("decode task failed: {e}")))?
+            .map_err(|e| ColdError::Cache(e.to_string()))?
             .map_err(|source| ColdError::Segment {
                 key: key.to_owned(),
                 source,
@@ -420,6 +434,7 @@ impl ColdCache {
         let mut out = ColdRead {
             batches: Bytes::new(),
             next_offset: from,
+            row_groups_after: 0,
         };
         let Some(mut n) = footer.row_group_for(from) else {
             return Ok(out);
@@ -446,6 +461,7 @@ impl ColdCache {
             }
             if let Some(span) = span {
                 out.batches = rg.batches.slice(span);
+                out.row_groups_after = footer.row_groups.len() - 1 - n;
                 return Ok(out);
             }
             if at_end {
@@ -455,6 +471,11 @@ impl ColdCache {
             n += 1;
         }
         Ok(out)
+    }
+
+    /// Row groups a sequential reader fetches ahead (`prefetch_row_groups`).
+    pub fn prefetch_depth(&self) -> usize {
+        self.inner.config.prefetch_row_groups
     }
 
     /// Fetches and decodes row groups `from..from + depth` in the background.

@@ -5,12 +5,14 @@
 //!   inject the failures a real server cannot be made to produce.
 //! * [`segment`] — the Parquet object format: record batches in, Parquet out, and back.
 //! * [`cache`] — footers and row groups of objects in a foyer memory + disk cache, with
-//!   coalesced fetches and read-ahead.
+//!   coalesced fetches and read-ahead; [`decode_pool`] the low-priority threads that decode
+//!   what it fetches.
 //! * [`uploader`] — moves a shard's committed history into objects recorded in the manifest.
 //! * [`tiered`] — one read path over both tiers.
 //! * [`s3server`] — a real S3-compatible server (SeaweedFS) for tests.
 
 pub mod cache;
+pub mod decode_pool;
 pub mod error;
 pub mod faults;
 pub mod retention;

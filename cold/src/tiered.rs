@@ -242,7 +242,13 @@ impl TieredShard {
         };
         let end = upper_bound.map_or(object.last_offset + 1, |b| b.min(object.last_offset + 1));
         let read = cache.read(&objref, from, max_bytes, end).await?;
-        if read.next_offset > object.last_offset
+        // Read-ahead continues into the next object once this one has fewer row groups
+        // left than the read-ahead depth, so a reader crossing objects finds the next
+        // footer and first row groups fetched instead of waiting for a footer GET and a
+        // row group GET plus decode at every object boundary.
+        let near_end = read.next_offset > object.last_offset
+            || (!read.batches.is_empty() && read.row_groups_after < cache.prefetch_depth());
+        if near_end
             && let Some(next) = self.manifest.object_for(object.last_offset + 1)
             && let Some(next_ref) = ObjectRef::of(&next)
         {

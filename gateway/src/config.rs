@@ -45,6 +45,7 @@ pub mod defaults {
     pub const CACHE_MEMORY_BYTES: usize = 64 * MIB;
     pub const CACHE_DISK_BYTES: u64 = 1024 * MIB as u64;
     pub const COLD_PREFETCH_ROW_GROUPS: usize = 2;
+    pub const COLD_DECODE_THREADS: usize = 2;
     pub const TIER_ROW_GROUP_BYTES: usize = 4 * MIB;
     pub const RETENTION_CHECK_MS: u64 = 10_000;
     pub const PUBLISH_QUORUM_TIMEOUT_MS: u64 = 5_000;
@@ -103,6 +104,8 @@ pub struct BrokerConfig {
     pub cache_disk_bytes: u64,
     /// Row groups a sequential cold reader fetches ahead.
     pub cold_prefetch_row_groups: usize,
+    /// Lower-priority threads that decode fetched row groups, shared by all cold readers.
+    pub cold_decode_threads: usize,
     /// Input bytes per Parquet row group of an uploaded object.
     pub tier_row_group_bytes: usize,
     /// How often each shard applies its retention settings.
@@ -188,6 +191,7 @@ impl Default for BrokerConfig {
             cache_memory_bytes: defaults::CACHE_MEMORY_BYTES,
             cache_disk_bytes: defaults::CACHE_DISK_BYTES,
             cold_prefetch_row_groups: defaults::COLD_PREFETCH_ROW_GROUPS,
+            cold_decode_threads: defaults::COLD_DECODE_THREADS,
             tier_row_group_bytes: defaults::TIER_ROW_GROUP_BYTES,
             retention_check_ms: defaults::RETENTION_CHECK_MS,
             publish_quorum_timeout_ms: defaults::PUBLISH_QUORUM_TIMEOUT_MS,
@@ -283,6 +287,7 @@ const SETTINGS: &[(&str, &str)] = &[
     ("cache_memory_bytes", "FELIX_CACHE_MEMORY_BYTES"),
     ("cache_disk_bytes", "FELIX_CACHE_DISK_BYTES"),
     ("cold_prefetch_row_groups", "FELIX_COLD_PREFETCH_ROW_GROUPS"),
+    ("cold_decode_threads", "FELIX_COLD_DECODE_THREADS"),
     ("tier_row_group_bytes", "FELIX_TIER_ROW_GROUP_BYTES"),
     ("retention_check_ms", "FELIX_RETENTION_CHECK_MS"),
     (
@@ -410,6 +415,13 @@ pub struct Args {
     /// Env: FELIX_COLD_PREFETCH_ROW_GROUPS. Default: 2.
     #[arg(long, value_name = "N")]
     pub cold_prefetch_row_groups: Option<usize>,
+
+    /// Threads that decode row groups fetched from the object store, shared by every cold
+    /// reader. They run at a lower priority (nice +10) than the rest of the broker, so a
+    /// replay from the object store takes only the CPU that publishing leaves.
+    /// Env: FELIX_COLD_DECODE_THREADS. Default: 2.
+    #[arg(long, value_name = "N")]
+    pub cold_decode_threads: Option<usize>,
 
     /// Input bytes per Parquet row group in uploaded objects (the unit of a cold ranged
     /// read). Env: FELIX_TIER_ROW_GROUP_BYTES. Default: 4194304 (4 MiB).
@@ -556,7 +568,7 @@ impl Args {
             quic_idle_timeout_ms, meta_snapshot_logs, segment_bytes, segment_ms,
             s3_endpoint, s3_region, s3_path_style, object_store_timeout_ms,
             object_store_max_retries, object_store_concurrency, cache_dir, cache_memory_bytes,
-            cache_disk_bytes, cold_prefetch_row_groups, tier_row_group_bytes,
+            cache_disk_bytes, cold_prefetch_row_groups, cold_decode_threads, tier_row_group_bytes,
             retention_check_ms, publish_quorum_timeout_ms, lease_ms, kafka_addr,
             kafka_default_partitions, kafka_auto_create_topics,
         )
@@ -616,6 +628,7 @@ impl Args {
             cache_memory_bytes: env.parsed("FELIX_CACHE_MEMORY_BYTES")?,
             cache_disk_bytes: env.parsed("FELIX_CACHE_DISK_BYTES")?,
             cold_prefetch_row_groups: env.parsed("FELIX_COLD_PREFETCH_ROW_GROUPS")?,
+            cold_decode_threads: env.parsed("FELIX_COLD_DECODE_THREADS")?,
             tier_row_group_bytes: env.parsed("FELIX_TIER_ROW_GROUP_BYTES")?,
             retention_check_ms: env.parsed("FELIX_RETENTION_CHECK_MS")?,
             publish_quorum_timeout_ms: env.parsed("FELIX_PUBLISH_QUORUM_TIMEOUT_MS")?,
@@ -841,6 +854,7 @@ impl BrokerConfig {
             cold_prefetch_row_groups: layer
                 .cold_prefetch_row_groups
                 .unwrap_or(d.cold_prefetch_row_groups),
+            cold_decode_threads: layer.cold_decode_threads.unwrap_or(d.cold_decode_threads),
             tier_row_group_bytes: layer.tier_row_group_bytes.unwrap_or(d.tier_row_group_bytes),
             retention_check_ms: layer.retention_check_ms.unwrap_or(d.retention_check_ms),
             publish_quorum_timeout_ms: layer
@@ -936,6 +950,7 @@ impl BrokerConfig {
             ),
             ("cache_memory_bytes", self.cache_memory_bytes as u64),
             ("tier_row_group_bytes", self.tier_row_group_bytes as u64),
+            ("cold_decode_threads", self.cold_decode_threads as u64),
             ("retention_check_ms", self.retention_check_ms),
             ("publish_quorum_timeout_ms", self.publish_quorum_timeout_ms),
             ("lease_ms", self.lease_ms),
@@ -1010,6 +1025,7 @@ impl BrokerConfig {
             memory_bytes: self.cache_memory_bytes,
             disk_bytes: self.cache_disk_bytes,
             prefetch_row_groups: self.cold_prefetch_row_groups,
+            decode_threads: self.cold_decode_threads,
             ..felix_cold::cache::CacheConfig::new(
                 self.cache_dir
                     .clone()

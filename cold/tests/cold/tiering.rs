@@ -176,6 +176,7 @@ impl Rig {
                 disk_bytes: 16 << 20,
                 decoded_bytes: 4 << 20,
                 prefetch_row_groups: opts.prefetch_row_groups,
+                decode_threads: 2,
             },
         )
         .await
@@ -972,6 +973,64 @@ async fn cold_reads_are_cached_survive_failed_gets_and_coalesce_concurrent_fetch
     assert!(
         spent > row_groups && spent <= row_groups + 2,
         "8 readers of {row_groups} row groups cost {spent} GETs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_ahead_runs_on_into_the_next_object_before_the_reader_gets_there() {
+    let mut rig = Rig::start(Options {
+        row_group_bytes: 1024,
+        prefetch_row_groups: 2,
+        ..Options::default()
+    })
+    .await;
+    rig.append_until_sealed(3).await;
+    let mut uploader = rig.uploader();
+    rig.upload_all(&mut uploader).await;
+    rig.enforce(&hot_retention_zero(), rig.log.committed_offset())
+        .await;
+    let objects: Vec<SegmentEntry> = rig.recorded().await;
+    let (a, b) = (&objects[0], &objects[1]);
+    let footer = rig.cache.footer(&object_ref(a)).await.expect("footer");
+    let n = footer.row_groups.len();
+    assert!(n >= 3, "several row groups per object: {n}");
+
+    // A reader arrives in object a's second-to-last row group: from there it is fewer
+    // row groups than the read-ahead depth from object b.
+    let near_end = footer.row_groups[n - 2].first_offset;
+    let read = rig
+        .shard
+        .read(near_end, 1 << 20, None)
+        .await
+        .expect("cold read");
+    assert_eq!(read.tier, Tier::Cold);
+    assert!(read.next_offset <= a.last_offset, "still inside object a");
+
+    // Read-ahead settles (the GET count stops moving for a while)...
+    let mut settled = rig.faults.gets();
+    let mut still = 0;
+    for _ in 0..200 {
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        let now = rig.faults.gets();
+        still = if now == settled { still + 1 } else { 0 };
+        settled = now;
+        if still == 8 {
+            break;
+        }
+    }
+    // ...and object b's footer and first row group were among what it fetched: reading b's
+    // first batch costs no GET.
+    let first_of_b = rig
+        .shard
+        .read(b.base_offset, 1, None)
+        .await
+        .expect("read of object b");
+    assert_eq!(first_of_b.tier, Tier::Cold);
+    assert!(!first_of_b.batches.is_empty());
+    assert_eq!(
+        rig.faults.gets(),
+        settled,
+        "object b's footer and first row group were fetched ahead"
     );
 }
 
