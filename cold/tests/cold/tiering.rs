@@ -1018,20 +1018,18 @@ async fn read_ahead_runs_on_into_the_next_object_before_the_reader_gets_there() 
             break;
         }
     }
-    // ...and object b's footer and first row group were among what it fetched: reading b's
-    // first batch costs no GET.
+    // ...and object b's footer and first row group were among what it fetched: with every
+    // GET failing from here on, b's first batch is still served (from the cache). The read
+    // starts read-ahead of b's later row groups, whose GETs fail; that is only logged.
+    rig.faults.fail_next_gets(1_000);
     let first_of_b = rig
         .shard
         .read(b.base_offset, 1, None)
         .await
-        .expect("read of object b");
+        .expect("object b's footer and first row group were fetched ahead");
     assert_eq!(first_of_b.tier, Tier::Cold);
     assert!(!first_of_b.batches.is_empty());
-    assert_eq!(
-        rig.faults.gets(),
-        settled,
-        "object b's footer and first row group were fetched ahead"
-    );
+    assert!(first_of_b.next_offset > b.base_offset);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
