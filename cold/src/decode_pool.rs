@@ -63,10 +63,6 @@ impl DecodePool {
         Ok(DecodePool { jobs: tx, threads })
     }
 
-    pub fn threads(&self) -> usize {
-        self.threads
-    }
-
     /// Runs `f` on a decode thread and waits (asynchronously) for its result.
     pub async fn run<T: Send + 'static>(
         &self,

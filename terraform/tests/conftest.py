@@ -101,8 +101,8 @@ def example() -> Config:
 @pytest.fixture(scope="session")
 def felix_bin() -> Path:
     """The real broker binary whose --check-config judges the rendered configuration."""
-    target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target")
-    path = Path(os.environ.get("FELIX_BIN") or (REPO / target) / "debug" / "felix")
+    target = REPO / os.environ.get("CARGO_TARGET_DIR", "target")  # an absolute one wins
+    path = Path(os.environ.get("FELIX_BIN") or target / "debug" / "felix")
     if not path.is_file():
         pytest.fail(
             f"felix binary not found at {path}: run `cargo build -p felix-gateway --bin felix` "

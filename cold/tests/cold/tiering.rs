@@ -284,6 +284,17 @@ impl Rig {
         n
     }
 
+    /// Appends until `n` segments are sealed, uploads them all and drops the local copies
+    /// (hot retention zero); returns the recorded objects.
+    async fn all_cold(&mut self, n: usize) -> Vec<SegmentEntry> {
+        self.append_until_sealed(n).await;
+        let mut uploader = self.uploader();
+        self.upload_all(&mut uploader).await;
+        self.enforce(&hot_retention_zero(), self.log.committed_offset())
+            .await;
+        self.recorded().await
+    }
+
     /// The shard's manifest as the control plane has it (a linearizable read).
     async fn recorded(&self) -> Vec<SegmentEntry> {
         let key = self.key.clone();
@@ -880,12 +891,7 @@ async fn cold_reads_are_cached_survive_failed_gets_and_coalesce_concurrent_fetch
         ..Options::default()
     })
     .await;
-    rig.append_until_sealed(5).await;
-    let mut uploader = rig.uploader();
-    rig.upload_all(&mut uploader).await;
-    rig.enforce(&hot_retention_zero(), rig.log.committed_offset())
-        .await;
-    let objects: Vec<SegmentEntry> = rig.recorded().await;
+    let objects = rig.all_cold(5).await;
     assert!(objects.len() >= 5);
     let sent_in = |o: &SegmentEntry| -> Vec<Sent> {
         rig.sent
@@ -984,12 +990,7 @@ async fn read_ahead_runs_on_into_the_next_object_before_the_reader_gets_there() 
         ..Options::default()
     })
     .await;
-    rig.append_until_sealed(3).await;
-    let mut uploader = rig.uploader();
-    rig.upload_all(&mut uploader).await;
-    rig.enforce(&hot_retention_zero(), rig.log.committed_offset())
-        .await;
-    let objects: Vec<SegmentEntry> = rig.recorded().await;
+    let objects = rig.all_cold(3).await;
     let (a, b) = (&objects[0], &objects[1]);
     let footer = rig.cache.footer(&object_ref(a)).await.expect("footer");
     let n = footer.row_groups.len();
