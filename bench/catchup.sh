@@ -89,7 +89,9 @@ if [ "$REPORT_ONLY" != 1 ]; then
     PROFILE=0
   fi
   echo "building felix and felix-bench (release)" >&2
-  cargo build --release -q -p felix-bench -p felix-gateway
+  # The same features as bench/pubsub-vs-nats.sh: one set of release artifacts serves both
+  # scripts (another feature set rebuilds a large part of the dependency tree).
+  cargo build --release -q -p felix-bench --features nats -p felix-gateway
   : >"$OUT"
 else
   cp "$RESULTS.jsonl" "$OUT"

@@ -103,6 +103,11 @@ pub struct PubsubArgs {
     /// Keep the benchmark stream afterwards instead of deleting it.
     #[arg(long)]
     keep: bool,
+    /// Whether the benchmark stream uploads its sealed segments to the object store
+    /// (`true`, a durable stream's default) or keeps its history on local disk only, as a
+    /// NATS JetStream file-storage stream does (`false`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    tiered: bool,
     #[command(flatten)]
     load: LoadArgs,
 }
@@ -525,6 +530,7 @@ pub fn run(args: PubsubArgs) -> anyhow::Result<()> {
         let stream_config = StreamConfig {
             durable: Some(true),
             shards: Some(1),
+            tiered: Some(args.tiered),
             ..Default::default()
         };
         admin

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use felix_hot::{LogError, ShardLog};
+use felix_hot::{LogError, ReadCache, ShardLog, SharedRead};
 use felix_meta::model::{SegmentEntry, ShardKey};
 use felix_meta::{MetaHandle, MetaState};
 use felix_wire::BatchHeader;
@@ -146,6 +146,9 @@ pub struct TieredShard {
     pub manifest: Arc<Manifest>,
     /// `None` when the broker has no object store configured for reads.
     cold: Option<ColdCache>,
+    /// Hot history blocks shared between readers (the broker's, across its shards); `None`
+    /// reads every block from the log's files.
+    hot_reads: Option<Arc<ReadCache>>,
 }
 
 impl TieredShard {
@@ -160,7 +163,14 @@ impl TieredShard {
             log,
             manifest,
             cold,
+            hot_reads: None,
         }
+    }
+
+    /// Shares hot history reads through `cache` (see [`ShardLog::read_shared`]).
+    pub fn with_hot_read_cache(mut self, cache: Arc<ReadCache>) -> TieredShard {
+        self.hot_reads = Some(cache);
+        self
     }
 
     pub fn cache(&self) -> Option<&ColdCache> {
@@ -199,9 +209,19 @@ impl TieredShard {
         }
         let hot_first = self.log.first_offset();
         if from >= hot_first {
-            return match self.log.read(from, max_bytes, upper_bound) {
+            let read = match &self.hot_reads {
+                Some(cache) => self.log.read_shared(cache, from, max_bytes, upper_bound),
+                None => self
+                    .log
+                    .read(from, max_bytes, upper_bound)
+                    .map(|r| SharedRead {
+                        batches: Bytes::from(r.batches),
+                        next_offset: r.next_offset,
+                    }),
+            };
+            return match read {
                 Ok(r) => Ok(TieredRead {
-                    batches: Bytes::from(r.batches),
+                    batches: r.batches,
                     next_offset: r.next_offset,
                     tier: Tier::Hot,
                 }),

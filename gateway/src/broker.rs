@@ -387,7 +387,7 @@ pub struct Subscription {
 }
 
 /// Largest history read, and the default share.
-const MAX_HISTORY_READ: usize = 1 << 20;
+const MAX_HISTORY_READ: usize = 256 << 10;
 
 enum SubState {
     /// Durable: replaying history from `pos`, then live through `queue`.
@@ -604,6 +604,8 @@ pub struct Broker {
     stopping: AtomicBool,
     tier_store: TierStore,
     cold_cache: ColdCache,
+    /// Hot history blocks shared by catching-up subscribers of every shard.
+    hot_reads: Arc<felix_hot::ReadCache>,
     tier_observer: Arc<dyn TierObserver>,
     /// Object-key prefixes of deleted streams whose objects are still being deleted: a
     /// stream of the same name cannot be created until that is done, or the deletion
@@ -716,6 +718,7 @@ impl Broker {
             stopping: AtomicBool::new(false),
             tier_store,
             cold_cache,
+            hot_reads: Arc::new(felix_hot::ReadCache::new(config.hot_read_cache_bytes)),
             tier_observer,
             deleting: Arc::new(Mutex::new(BTreeSet::new())),
             cluster: config.cluster.len() > 1,
@@ -765,6 +768,8 @@ impl Broker {
         let cache = self.cold_cache.stats();
         Metrics::sync_counter(&m.cold_cache_hits, cache.hits.load(Ordering::Relaxed));
         Metrics::sync_counter(&m.cold_cache_misses, cache.misses.load(Ordering::Relaxed));
+        Metrics::sync_counter(&m.hot_read_cache_hits, self.hot_reads.hits());
+        Metrics::sync_counter(&m.hot_read_cache_misses, self.hot_reads.misses());
         let store = self.tier_store.stats();
         Metrics::sync_counter(&m.tier_store_gets, store.gets);
         Metrics::sync_counter(&m.tier_store_get_bytes, store.get_bytes);
@@ -1354,12 +1359,15 @@ impl Broker {
         let tier = log.as_ref().map(|log| {
             let manifest = Arc::new(Manifest::new(manifest_state));
             log.mark_uploaded_below(manifest.uploaded_end());
-            let tier = Arc::new(TieredShard::new(
-                key.clone(),
-                log.clone(),
-                manifest.clone(),
-                Some(self.cold_cache.clone()),
-            ));
+            let tier = Arc::new(
+                TieredShard::new(
+                    key.clone(),
+                    log.clone(),
+                    manifest.clone(),
+                    Some(self.cold_cache.clone()),
+                )
+                .with_hot_read_cache(self.hot_reads.clone()),
+            );
             self.spawn_shard_tasks(&tier, repl.clone(), stop_rx, retention_now.clone());
             tier
         });

@@ -31,6 +31,7 @@ pub mod defaults {
     pub const SUBSCRIBER_QUEUE_CAPACITY: usize = 512;
     pub const SUBSCRIBER_QUEUE_MAX_BYTES: usize = 128 * MIB;
     pub const SUBSCRIBER_EGRESS_MAX_BYTES: usize = 256 * MIB;
+    pub const HOT_READ_CACHE_BYTES: usize = 64 * MIB;
     pub const PUB_QUEUE_DEPTH: usize = 512;
     pub const PUBLISH_QUEUE_WAIT_TIMEOUT_MS: u64 = 2000;
     pub const MAX_FRAME_BYTES: usize = 16 * MIB;
@@ -131,6 +132,8 @@ pub struct BrokerConfig {
     pub subscriber_queue_max_bytes: usize,
     /// Bytes per connection between the subscriber queues and the QUIC streams.
     pub subscriber_egress_max_bytes: usize,
+    /// Recent hot history blocks kept for catching-up subscribers to share (0: none).
+    pub hot_read_cache_bytes: usize,
     /// Publish-queue slots guaranteed per tenant.
     pub pub_queue_depth: usize,
     /// How long a commit-acked publish waits for room in the publish queue.
@@ -173,6 +176,7 @@ impl Default for BrokerConfig {
             subscriber_queue_capacity: defaults::SUBSCRIBER_QUEUE_CAPACITY,
             subscriber_queue_max_bytes: defaults::SUBSCRIBER_QUEUE_MAX_BYTES,
             subscriber_egress_max_bytes: defaults::SUBSCRIBER_EGRESS_MAX_BYTES,
+            hot_read_cache_bytes: defaults::HOT_READ_CACHE_BYTES,
             pub_queue_depth: defaults::PUB_QUEUE_DEPTH,
             publish_queue_wait_timeout_ms: defaults::PUBLISH_QUEUE_WAIT_TIMEOUT_MS,
             max_frame_bytes: defaults::MAX_FRAME_BYTES,
@@ -266,6 +270,7 @@ const SETTINGS: &[(&str, &str)] = &[
         "subscriber_egress_max_bytes",
         "FELIX_SUBSCRIBER_EGRESS_MAX_BYTES",
     ),
+    ("hot_read_cache_bytes", "FELIX_HOT_READ_CACHE_BYTES"),
     ("pub_queue_depth", "FELIX_PUB_QUEUE_DEPTH"),
     (
         "publish_queue_wait_timeout_ms",
@@ -487,6 +492,13 @@ pub struct Args {
     #[arg(long, value_name = "BYTES")]
     pub subscriber_egress_max_bytes: Option<usize>,
 
+    /// Memory for recently read blocks of local history, shared by every subscriber of the
+    /// broker that is catching up: subscribers replaying the same part of a shard read and
+    /// check each block once between them instead of once each (0: every subscriber reads
+    /// for itself). Env: FELIX_HOT_READ_CACHE_BYTES. Default: 67108864 (64 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub hot_read_cache_bytes: Option<usize>,
+
     /// Publish-queue slots guaranteed per tenant. Env: FELIX_PUB_QUEUE_DEPTH.
     /// Default: 512 (the spec's value).
     #[arg(long, value_name = "N")]
@@ -563,7 +575,8 @@ impl Args {
         overlay!(self, higher;
             config, node_id, cluster, data_dir, quic_addr, admin_addr, internal_addr,
             object_store, tls_cert, tls_key, fsync, ack_on_commit, subscriber_queue_capacity,
-            subscriber_queue_max_bytes, subscriber_egress_max_bytes, pub_queue_depth,
+            subscriber_queue_max_bytes, subscriber_egress_max_bytes, hot_read_cache_bytes,
+            pub_queue_depth,
             publish_queue_wait_timeout_ms, max_frame_bytes, max_batch_bytes,
             quic_idle_timeout_ms, meta_snapshot_logs, segment_bytes, segment_ms,
             s3_endpoint, s3_region, s3_path_style, object_store_timeout_ms,
@@ -610,6 +623,7 @@ impl Args {
             subscriber_queue_capacity: env.parsed("FELIX_SUBSCRIBER_QUEUE_CAPACITY")?,
             subscriber_queue_max_bytes: env.parsed("FELIX_SUBSCRIBER_QUEUE_MAX_BYTES")?,
             subscriber_egress_max_bytes: env.parsed("FELIX_SUBSCRIBER_EGRESS_MAX_BYTES")?,
+            hot_read_cache_bytes: env.parsed("FELIX_HOT_READ_CACHE_BYTES")?,
             pub_queue_depth: env.parsed("FELIX_PUB_QUEUE_DEPTH")?,
             publish_queue_wait_timeout_ms: env.parsed("FELIX_PUBLISH_QUEUE_WAIT_TIMEOUT_MS")?,
             max_frame_bytes: env.parsed("FELIX_MAX_FRAME_BYTES")?,
@@ -826,6 +840,7 @@ impl BrokerConfig {
             subscriber_egress_max_bytes: layer
                 .subscriber_egress_max_bytes
                 .unwrap_or(d.subscriber_egress_max_bytes),
+            hot_read_cache_bytes: layer.hot_read_cache_bytes.unwrap_or(d.hot_read_cache_bytes),
             pub_queue_depth: layer.pub_queue_depth.unwrap_or(d.pub_queue_depth),
             publish_queue_wait_timeout_ms: layer
                 .publish_queue_wait_timeout_ms

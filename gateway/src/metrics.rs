@@ -53,6 +53,8 @@ pub struct Metrics {
     pub tier_upload_lag: Histogram,
     pub cold_cache_hits: Counter,
     pub cold_cache_misses: Counter,
+    pub hot_read_cache_hits: Counter,
+    pub hot_read_cache_misses: Counter,
     pub tier_store_gets: Counter,
     pub tier_store_get_bytes: Counter,
     pub tier_store_puts: Counter,
@@ -93,6 +95,8 @@ impl Metrics {
             ]),
             cold_cache_hits: Counter::default(),
             cold_cache_misses: Counter::default(),
+            hot_read_cache_hits: Counter::default(),
+            hot_read_cache_misses: Counter::default(),
             tier_store_gets: Counter::default(),
             tier_store_get_bytes: Counter::default(),
             tier_store_puts: Counter::default(),
@@ -213,6 +217,16 @@ impl Metrics {
             "felix_cold_cache_misses",
             "Cold footer and row-group lookups that needed a GET",
             m.cold_cache_misses.clone(),
+        );
+        registry.register(
+            "felix_hot_read_cache_hits",
+            "History blocks served to a catching-up subscriber from the shared hot read cache",
+            m.hot_read_cache_hits.clone(),
+        );
+        registry.register(
+            "felix_hot_read_cache_misses",
+            "History blocks a catching-up subscriber read from the log's files",
+            m.hot_read_cache_misses.clone(),
         );
         registry.register(
             "felix_tier_store_get_requests",

@@ -25,11 +25,13 @@
 mod config;
 mod error;
 mod log;
+mod read_cache;
 mod recovery;
 mod segment;
 mod writer;
 
 pub use config::{FsyncPolicy, LogConfig, RetentionPolicy};
 pub use error::LogError;
-pub use log::{Appended, LogOffsets, LogRead, RetentionOutcome, ShardLog};
+pub use log::{Appended, LogOffsets, LogRead, RetentionOutcome, ShardLog, SharedRead};
+pub use read_cache::{READ_BLOCK_BYTES, ReadCache};
 pub use segment::SealedSegment;

@@ -22,6 +22,7 @@ use tokio::sync::{Notify, broadcast, oneshot, watch};
 
 use crate::config::LogConfig;
 use crate::error::LogError;
+use crate::read_cache::{Block, READ_BLOCK_BYTES, ReadCache};
 use crate::recovery::open_segments;
 use crate::segment::{SealedSegment, Segment};
 use crate::writer;
@@ -30,6 +31,8 @@ use crate::writer;
 const READ_CHUNK: usize = 1024 * 1024;
 /// The least a read prefetches beyond what it returns.
 const PREFETCH_MIN: u64 = 1024 * 1024;
+/// Identities of opened logs, for the keys of a shared [`ReadCache`].
+static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) enum Request {
     Append {
@@ -63,6 +66,11 @@ pub(crate) struct Queue {
 }
 
 pub(crate) struct Shared {
+    /// This log instance's identity in a shared [`ReadCache`].
+    pub id: u64,
+    /// Truncation epoch, seqlock style: odd while a truncation runs, bumped again when it
+    /// has finished. Cached blocks are keyed by an even epoch their whole read fell inside.
+    pub truncations: AtomicU64,
     pub dir: PathBuf,
     pub shard: String,
     pub config: RwLock<LogConfig>,
@@ -143,6 +151,15 @@ pub struct LogRead {
     pub visible_end: u64,
 }
 
+/// What [`ShardLog::read_shared`] returned: as [`LogRead`], the batches as shared bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SharedRead {
+    /// Whole batches, exactly as stored, in offset order. Empty if nothing is readable yet.
+    pub batches: bytes::Bytes,
+    /// The offset to read next (one past the last returned record, or the requested offset).
+    pub next_offset: u64,
+}
+
 /// The log's offsets at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogOffsets {
@@ -185,34 +202,9 @@ fn read_segment_into(
     shard: &str,
 ) -> Result<SegmentRead, LogError> {
     let end = seg.size();
-    // Find the exact position of the batch holding the offset: the sparse index lands at
-    // most one index interval (plus a batch) before it, so hop over headers only; the
-    // batches kept are fully checked below.
-    let mut position = seg.index.read().position_for(out.next_offset);
-    let mut header = [0u8; BATCH_HEADER_LEN];
-    loop {
-        if position >= end {
-            return Ok(SegmentRead::Exhausted);
-        }
-        if end - position < BATCH_HEADER_LEN as u64 {
-            return Err(seg.corrupt(
-                shard,
-                position,
-                WireError::Truncated {
-                    needed: BATCH_HEADER_LEN,
-                    available: (end - position) as usize,
-                },
-            ));
-        }
-        seg.read_into(position, &mut header, shard)?;
-        let h = BatchHeader::parse(&header).map_err(|e| seg.corrupt(shard, position, e))?;
-        let total = BatchHeader::peek_total_len(&header, max_batch)
-            .map_err(|e| seg.corrupt(shard, position, e))?;
-        if h.last_offset() as u64 >= out.next_offset {
-            break;
-        }
-        position += total as u64;
-    }
+    let Some(mut position) = batch_position(seg, out.next_offset, end, max_batch, shard)? else {
+        return Ok(SegmentRead::Exhausted);
+    };
     while position < end {
         let base = out.batches.len();
         let room = max_bytes.saturating_sub(base);
@@ -220,8 +212,7 @@ fn read_segment_into(
             return Ok(SegmentRead::Full);
         }
         let len = (room.max(LOG_OVERHEAD) as u64).min(end - position) as usize;
-        out.batches.resize(base + len, 0);
-        seg.read_into(position, &mut out.batches[base..], shard)?;
+        seg.read_append(position, len, &mut out.batches, shard)?;
         // A reader that asked for this much will likely ask for what follows next.
         seg.prefetch(position + len as u64, (len as u64).max(PREFETCH_MIN) * 2);
         let mut at = base;
@@ -259,6 +250,105 @@ fn read_segment_into(
         position += (at - base) as u64;
     }
     Ok(SegmentRead::Exhausted)
+}
+
+/// The position in `seg` (below `end`) of the batch holding `offset`, or `None` if no batch
+/// there reaches it. The sparse index lands at most one index interval (plus a batch) before
+/// it, so this hops over headers only; callers fully check the batches they keep.
+fn batch_position(
+    seg: &Segment,
+    offset: u64,
+    end: u64,
+    max_batch: usize,
+    shard: &str,
+) -> Result<Option<u64>, LogError> {
+    let mut position = seg.index.read().position_for(offset);
+    let mut header = [0u8; BATCH_HEADER_LEN];
+    loop {
+        if position >= end {
+            return Ok(None);
+        }
+        if end - position < BATCH_HEADER_LEN as u64 {
+            return Err(seg.corrupt(
+                shard,
+                position,
+                WireError::Truncated {
+                    needed: BATCH_HEADER_LEN,
+                    available: (end - position) as usize,
+                },
+            ));
+        }
+        seg.read_into(position, &mut header, shard)?;
+        let h = BatchHeader::parse(&header).map_err(|e| seg.corrupt(shard, position, e))?;
+        let total = BatchHeader::peek_total_len(&header, max_batch)
+            .map_err(|e| seg.corrupt(shard, position, e))?;
+        if h.last_offset() as u64 >= offset {
+            return Ok(Some(position));
+        }
+        position += total as u64;
+    }
+}
+
+/// Reads the batches of `seg` that start in `[position, mark)` (`mark` the next multiple of
+/// `block` after `position`) into `out`, stopping early at `out.visible_end` or before a
+/// batch that would take the read past `max_bytes`. Returns whether the block is complete:
+/// it reached the mark or the end of a sealed segment, so any reader starting at `position`
+/// would read exactly these bytes.
+#[allow(clippy::too_many_arguments)]
+fn read_block_into(
+    seg: &Segment,
+    sealed: bool,
+    position: u64,
+    block: u64,
+    out: &mut LogRead,
+    max_bytes: usize,
+    max_batch: usize,
+    shard: &str,
+) -> Result<bool, LogError> {
+    let end = seg.size();
+    let mark = (position / block + 1) * block;
+    let stop = mark.min(end);
+    seg.read_append(
+        position,
+        (stop - position) as usize,
+        &mut out.batches,
+        shard,
+    )?;
+    seg.prefetch(stop, PREFETCH_MIN);
+    let mut at = 0usize;
+    while at < out.batches.len() {
+        match BatchHeader::validate(&out.batches[at..], max_batch) {
+            Ok((h, blen)) => {
+                let last = h.last_offset() as u64;
+                if last >= out.visible_end {
+                    out.batches.truncate(at);
+                    return Ok(false);
+                }
+                out.next_offset = last + 1;
+                at += blen;
+            }
+            // The last batch starts before the mark and ends after it: read its rest.
+            Err(WireError::Truncated { needed, .. }) if position + (at + needed) as u64 <= end => {
+                if at > 0 && at + needed > max_bytes {
+                    out.batches.truncate(at);
+                    return Ok(false);
+                }
+                let have = (out.batches.len() - at) as u64;
+                let from = position + at as u64 + have;
+                seg.read_append(from, needed - have as usize, &mut out.batches, shard)?;
+            }
+            Err(WireError::Truncated { .. }) => {
+                // A batch the writer has not finished: nothing past here is committed.
+                out.batches.truncate(at);
+                return Ok(false);
+            }
+            Err(e) => {
+                out.batches.truncate(at);
+                return Err(seg.corrupt(shard, position + at as u64, e));
+            }
+        }
+    }
+    Ok(stop == mark || sealed)
 }
 
 enum Placement {
@@ -313,6 +403,8 @@ impl ShardLog {
         let (committed_tx, _) = watch::channel(next);
         let (sealed_tx, _) = broadcast::channel(1024);
         let shared = Arc::new(Shared {
+            id: NEXT_LOG_ID.fetch_add(1, Ordering::Relaxed),
+            truncations: AtomicU64::new(0),
             shard: config.shard.clone(),
             dir,
             segments: RwLock::new(recovered.segments),
@@ -696,6 +788,107 @@ impl ShardLog {
             }
         }
         Ok(out)
+    }
+
+    /// [`ShardLog::read`] for readers that may share what they read (subscribers catching
+    /// up): history is read in blocks at fixed file positions
+    /// ([`READ_BLOCK_BYTES`]), and a block another reader read recently is served from
+    /// `cache` without touching the file. Same guarantees as `read`: whole batches that
+    /// passed their CRC check (when they were read from the file), never past the committed
+    /// end nor `upper_bound`, `OffsetOutOfRange` below the first offset. A read returns one
+    /// block at most, so `max_bytes` below two blocks (or a cache of capacity 0) reads as
+    /// `read` does.
+    pub fn read_shared(
+        &self,
+        cache: &ReadCache,
+        from_offset: u64,
+        max_bytes: usize,
+        upper_bound: Option<u64>,
+    ) -> Result<SharedRead, LogError> {
+        let plain = || {
+            self.read(from_offset, max_bytes, upper_bound)
+                .map(|r| SharedRead {
+                    batches: bytes::Bytes::from(r.batches),
+                    next_offset: r.next_offset,
+                })
+        };
+        if cache.capacity() == 0 || (max_bytes as u64) < 2 * READ_BLOCK_BYTES {
+            return plain();
+        }
+        let shared = self.shared();
+        let epoch = shared.truncations.load(Ordering::Acquire);
+        if epoch % 2 == 1 {
+            return plain(); // a truncation is under way
+        }
+        let committed = shared.committed_end.load(Ordering::Acquire);
+        let visible_end = upper_bound.map_or(committed, |b| b.min(committed));
+        let max_batch = shared.config.read().max_batch_bytes;
+        let segs = shared.segments.read();
+        let first = segs.first().map_or(0, |s| s.base_offset);
+        if from_offset < first || from_offset > committed {
+            return Err(LogError::OffsetOutOfRange {
+                requested: from_offset,
+                first,
+                next: committed,
+            });
+        }
+        if from_offset >= visible_end {
+            return Ok(SharedRead {
+                batches: bytes::Bytes::new(),
+                next_offset: from_offset,
+            });
+        }
+        let key = (shared.id, epoch, from_offset);
+        if let Some(block) = cache.get(&key)
+            && block.next_offset <= visible_end
+        {
+            return Ok(SharedRead {
+                batches: block.batches,
+                next_offset: block.next_offset,
+            });
+        }
+        let idx = segs
+            .partition_point(|s| s.base_offset <= from_offset)
+            .saturating_sub(1);
+        let seg = &segs[idx];
+        let sealed = idx + 1 < segs.len();
+        let Some(position) =
+            batch_position(seg, from_offset, seg.size(), max_batch, &shared.shard)?
+        else {
+            drop(segs);
+            return plain(); // the offset lies past this segment's batches (a gap)
+        };
+        let mut out = LogRead {
+            batches: Vec::new(),
+            next_offset: from_offset,
+            visible_end,
+        };
+        let complete = read_block_into(
+            seg,
+            sealed,
+            position,
+            READ_BLOCK_BYTES,
+            &mut out,
+            max_bytes,
+            max_batch,
+            &shared.shard,
+        )?;
+        drop(segs);
+        let batches = bytes::Bytes::from(out.batches);
+        // Kept only if no truncation began or ended while it was read.
+        if complete && !batches.is_empty() && shared.truncations.load(Ordering::Acquire) == epoch {
+            cache.insert(
+                key,
+                Block {
+                    batches: batches.clone(),
+                    next_offset: out.next_offset,
+                },
+            );
+        }
+        Ok(SharedRead {
+            batches,
+            next_offset: out.next_offset,
+        })
     }
 
     /// The base offset of the first batch holding a record with a timestamp at or after

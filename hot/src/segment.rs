@@ -222,6 +222,54 @@ impl Segment {
             .map_err(|source| io_err(shard, "read segment", &self.path, source))
     }
 
+    /// Appends the `len` bytes at `position` to `out`. The bytes are read straight into
+    /// `out`'s spare capacity: a history read is a large buffer that the read overwrites
+    /// entirely, and zero-filling it first cost as much CPU as the CRC check of what was
+    /// read (profiled at ~4% of the broker under 10-way fanout).
+    pub fn read_append(
+        &self,
+        position: u64,
+        len: usize,
+        out: &mut Vec<u8>,
+        shard: &str,
+    ) -> Result<(), LogError> {
+        use std::os::fd::AsRawFd;
+        out.reserve(len);
+        let start = out.len();
+        let mut done = 0usize;
+        while done < len {
+            let spare = &mut out.spare_capacity_mut()[done..len];
+            // SAFETY: `spare` is writable memory of at least `spare.len()` bytes owned by
+            // `out`; pread writes at most that many bytes into it.
+            let n = unsafe {
+                libc::pread(
+                    self.file.as_raw_fd(),
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                    (position + done as u64) as libc::off_t,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(io_err(shard, "read segment", &self.path, e));
+            }
+            if n == 0 {
+                let e = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("segment ended {} bytes short of the read", len - done),
+                );
+                return Err(io_err(shard, "read segment", &self.path, e));
+            }
+            done += n as usize;
+        }
+        // SAFETY: the loop above initialised exactly `len` bytes after `start`.
+        unsafe { out.set_len(start + len) };
+        Ok(())
+    }
+
     /// Asks the kernel to start reading `[position, position + len)` into the page cache in
     /// the background, so a sequential reader finds its next chunk there instead of waiting
     /// for the device. Advisory: errors are ignored.

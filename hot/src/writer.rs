@@ -127,7 +127,11 @@ impl Writer {
                 }
                 Request::Truncate { keep_end, reply } => {
                     self.commit_group()?;
+                    // Odd while cutting: shared readers neither use nor keep cached blocks
+                    // (see `ShardLog::read_shared`).
+                    self.shared.truncations.fetch_add(1, Ordering::AcqRel);
                     let result = self.truncate_to(keep_end);
+                    self.shared.truncations.fetch_add(1, Ordering::AcqRel);
                     let next = self.end_offset;
                     {
                         let mut q = self.shared.queue.lock();

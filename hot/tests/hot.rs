@@ -5,4 +5,5 @@ mod hot {
     pub mod common;
     mod crash;
     mod recovery;
+    mod shared_read;
 }

@@ -135,12 +135,44 @@ impl DecodedBatch {
         Self::decode_from(buf, Some(buf), max_decompressed)
     }
 
+    /// [`DecodedBatch::decode_shared`] of a batch whose header [`BatchHeader::validate`]
+    /// (or [`crate::batch::BatchIter`]) has just returned: the CRC is not computed a second
+    /// time. Everything else is checked as usual, so a header that does not belong to `buf`
+    /// is an error, never a wrong read.
+    pub fn decode_shared_validated(
+        buf: &Bytes,
+        header: BatchHeader,
+        max_decompressed: usize,
+    ) -> Result<DecodedBatch, WireError> {
+        let total = header.total_len();
+        if buf.len() < total {
+            return Err(WireError::Truncated {
+                needed: total,
+                available: buf.len(),
+            });
+        }
+        Self::decode_body(buf, header, total, Some(buf), max_decompressed)
+    }
+
     fn decode_from(
         buf: &[u8],
         owner: Option<&Bytes>,
         max_decompressed: usize,
     ) -> Result<DecodedBatch, WireError> {
         let (header, total) = BatchHeader::validate(buf, usize::MAX)?;
+        Self::decode_body(buf, header, total, owner, max_decompressed)
+    }
+
+    fn decode_body(
+        buf: &[u8],
+        header: BatchHeader,
+        total: usize,
+        owner: Option<&Bytes>,
+        max_decompressed: usize,
+    ) -> Result<DecodedBatch, WireError> {
+        if total < BATCH_HEADER_LEN {
+            return Err(WireError::Inconsistent("batch shorter than its header"));
+        }
         let body = &buf[BATCH_HEADER_LEN..total];
         let codec = header.compression()?;
         let decompressed;
