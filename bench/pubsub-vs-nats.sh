@@ -6,6 +6,7 @@
 #
 #   bench/pubsub-vs-nats.sh
 #   REPS=3 RECORDS_F1=1000000 LAT_SECS=20 bench/pubsub-vs-nats.sh   (defaults: 5, 500000, 15)
+#   FELIX_TIERED=true TIERED_REPS=0 bench/pubsub-vs-nats.sh   (Felix's stream tiered throughout)
 #
 # Both servers run on loopback with a fresh data directory each: `felix` with its defaults
 # (durable streams fsynced periodically, every 250 ms; publishes acknowledged once written)
@@ -32,6 +33,12 @@ BATCH=${BATCH:-100}
 PUBLISHERS=${PUBLISHERS:-4}
 INFLIGHT=${INFLIGHT:-8}
 PROFILE=${PROFILE:-1}
+# The Felix stream keeps its history on local disk only (`tiered: false`), as a JetStream
+# file-storage stream does; TIERED_REPS extra max-throughput runs per fanout show Felix with
+# tiering on (the default for a durable stream: sealed segments encoded to Parquet and
+# uploaded, here to the embedded default, a local directory).
+FELIX_TIERED=${FELIX_TIERED:-false}
+TIERED_REPS=${TIERED_REPS:-3}
 
 if ! command -v nats-server >/dev/null; then
   echo "pubsub-vs-nats.sh needs nats-server on PATH; on Debian/Ubuntu: apt-get install -y nats-server" >&2
@@ -114,17 +121,18 @@ busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 server_pid() { if [ "$1" = felix ]; then echo "$FELIX_PID"; else echo "$NATS_PID"; fi; }
 records_for() { if [ "$1" = 1 ]; then echo "$RECORDS_F1"; else echo "$RECORDS_F10"; fi; }
 
-# run SYSTEM FANOUT RECORDS RATE PHASE REP: one felix-bench line, with the server's CPU
-# seconds, the phase and the load average before the run added, appended to $OUT.
+# run SYSTEM FANOUT RECORDS RATE PHASE REP [TIERED]: one felix-bench line, with the server's
+# CPU seconds, the phase and the load average before the run added, appended to $OUT.
 run() {
-  local system=$1 fanout=$2 records=$3 rate=$4 phase=$5 rep=$6 pid before after busy_before busy_after t0 t1 load line
+  local system=$1 fanout=$2 records=$3 rate=$4 phase=$5 rep=$6 tiered=${7:-$FELIX_TIERED}
+  local pid before after busy_before busy_after t0 t1 load line
   pid=$(server_pid "$system")
   load=$(cut -d' ' -f1 /proc/loadavg)
   echo "rep $rep: $system fanout=$fanout records=$records rate=$rate ($phase, load $load)" >&2
   before=$(cpu_ticks "$pid")
   busy_before=$(busy_ticks)
   t0=$(date +%s.%N)
-  local target=(pubsub --broker "127.0.0.1:$QUIC_PORT")
+  local target=(pubsub --broker "127.0.0.1:$QUIC_PORT" --tiered "$tiered")
   [ "$system" = felix ] || target=(nats-pubsub --server "127.0.0.1:$NATS_PORT")
   if ! line=$("$BIN" "${target[@]}" --records "$records" --size "$SIZE" --batch "$BATCH" \
     --publishers "$PUBLISHERS" --inflight "$INFLIGHT" --fanout "$fanout" --rate "$rate" 2>"$TMP/bench.err"); then
@@ -149,6 +157,13 @@ for rep in $(seq 1 "$REPS"); do
     for system in $order; do
       run "$system" "$f" "$(records_for "$f")" 0 max "$rep"
     done
+  done
+done
+
+# ---- 1b. Felix with its stream tiered (not in the Felix / NATS ratios) ----
+for rep in $(seq 1 "$TIERED_REPS"); do
+  for f in 1 10; do
+    run felix "$f" "$(records_for "$f")" 0 max_tiered "$rep" true
   done
 done
 
@@ -259,7 +274,7 @@ if [ "$PROFILE" = 1 ]; then
   for f in 10 1; do
     for system in felix nats; do
       echo "profile: $system fanout=$f" >&2
-      target=(pubsub --broker "127.0.0.1:$QUIC_PORT")
+      target=(pubsub --broker "127.0.0.1:$QUIC_PORT" --tiered "$FELIX_TIERED")
       [ "$system" = felix ] || target=(nats-pubsub --server "127.0.0.1:$NATS_PORT")
       "$BIN" "${target[@]}" --records $((2 * $(records_for "$f"))) --fanout "$f" \
         --size "$SIZE" --batch "$BATCH" --publishers "$PUBLISHERS" --inflight "$INFLIGHT" >/dev/null 2>&1 &
@@ -291,18 +306,18 @@ fi
 
 # ---- the report ----
 COMMAND="bench/pubsub-vs-nats.sh"
-for v in REPS RECORDS_F1 RECORDS_F10 LAT_SECS SIZE BATCH PUBLISHERS INFLIGHT; do
+for v in REPS RECORDS_F1 RECORDS_F10 LAT_SECS SIZE BATCH PUBLISHERS INFLIGHT FELIX_TIERED TIERED_REPS; do
   # Only the settings that differ from the defaults go into the command line shown.
   case "$v=${!v}" in
-    REPS=5 | RECORDS_F1=500000 | RECORDS_F10=200000 | LAT_SECS=15 | SIZE=1024 | BATCH=100 | PUBLISHERS=4 | INFLIGHT=8) ;;
+    REPS=5 | RECORDS_F1=500000 | RECORDS_F10=200000 | LAT_SECS=15 | SIZE=1024 | BATCH=100 | PUBLISHERS=4 | INFLIGHT=8 | FELIX_TIERED=false | TIERED_REPS=3) ;;
     *) COMMAND="$v=${!v} $COMMAND" ;;
   esac
 done
 python3 - "$OUT" "$(nats-server --version)" "$(rustc --version)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
   "$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo ' plus uncommitted changes' || true)" \
-  "$REPS" "$LAT_SECS" "$COMMAND" <<'PY' >bench/results/pubsub-vs-nats.md
+  "$REPS" "$LAT_SECS" "$COMMAND" "$FELIX_TIERED" <<'PY' >bench/results/pubsub-vs-nats.md
 import json, statistics, sys, platform, subprocess, datetime, re
-out, nats_version, rustc, commit, dirty, reps, lat_secs, command = sys.argv[1:9]
+out, nats_version, rustc, commit, dirty, reps, lat_secs, command, felix_tiered = sys.argv[1:10]
 rows = [json.loads(l) for l in open(out)]
 runs = [r for r in rows if not r["scenario"].startswith("profile")]
 prof = [r for r in rows if r["scenario"] == "profile"]
@@ -334,8 +349,13 @@ print(f"* Machine: {model.group(1) if model else platform.machine()}, {subproces
       f"kernel {platform.release()}. Other work shares this machine: load average {min(loads):.1f}–{max(loads):.1f} before the runs, "
       f"and processes other than the server and the load generator took {statistics.median(others):.0%} of its CPU during a median run "
       f"({others[0]:.0%}–{others[-1]:.0%}). The interleaving spreads that over both systems; the ranges show the noise.")
-print(f"* Felix: `felix` at commit {commit}{dirty}, release build, {rustc}; defaults (durable stream of 1 shard, "
-      "fsync `periodic` every 250 ms, publishes acknowledged once written to the log). Client: felix-client over QUIC (TLS 1.3, AES-GCM).")
+tiering = ("tiering on (sealed segments encoded to Parquet and uploaded to the embedded default object store, a local directory)"
+           if felix_tiered == "true" else
+           "tiering off (`tiered: false`: history stays on local disk, as a JetStream file-storage stream's does; "
+           "runs with tiering on are in their own table)")
+print(f"* Felix: `felix` at commit {commit}{dirty}, release build, {rustc}; broker defaults (fsync `periodic` every 250 ms, "
+      f"publishes acknowledged once written to the log); a durable stream of 1 shard with {tiering}. "
+      "Client: felix-client over QUIC (TLS 1.3, AES-GCM).")
 print(f"* NATS: {nats_version} (Debian package), `nats-server -js`, file storage, 1 replica, default limits. "
       "Client: async-nats 0.51.0 over plain TCP (no TLS). Subscribers are ordered push consumers (deliver `new`, flow control, no acks).")
 print(f"* Load (both): {r0['publishers']} publishers × {r0['inflight']} batches in flight, {r0['batch_records']} records of "
@@ -364,6 +384,25 @@ for f in (1, 10):
               f"| {ms(med('max', system, f, 'e2e_p50_us'))} | {ms(med('max', system, f, 'e2e_p99_us'))} "
               f"| {per100k('server_cpu_seconds'):.2f} | {per100k('bench_cpu_seconds'):.2f} "
               f"| {sum(r['resubscribes'] for r in rs)} |")
+
+tiered_runs = [r for r in runs if r["phase"] == "max_tiered"]
+if tiered_runs:
+    print("\n### Felix with its stream tiered\n")
+    print(f"The same maximum-throughput load against a stream with tiering on (a durable stream's default): sealed "
+          "segments are encoded to Parquet (zstd) and uploaded, here to the embedded default object store, a local "
+          "directory, by the same broker on the same 2 cores. Medians over the runs (range in brackets); the ratio "
+          "is against the NATS median above.\n")
+    print("| fanout | runs | records/s | Felix tiered / NATS | ack p99 ms | server CPU s per 100k | bench CPU s per 100k | resubscribes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for f in (1, 10):
+        rs = sel("max_tiered", "felix", f)
+        if not rs:
+            continue
+        per100k = lambda key: statistics.median([r[key] / r["records"] * 1e5 for r in rs])
+        tm = med("max_tiered", "felix", f, "records_per_sec")
+        print(f"| {f} | {len(rs)} | {k(tm)} ({rng('max_tiered', 'felix', f, 'records_per_sec', k)}) "
+              f"| {ratio(tm, med('max', 'nats', f, 'records_per_sec'))} | {ms(med('max_tiered', 'felix', f, 'ack_p99_us'))} "
+              f"| {per100k('server_cpu_seconds'):.2f} | {per100k('bench_cpu_seconds'):.2f} | {sum(r['resubscribes'] for r in rs)} |")
 
 print(f"\n## Latency at 50% of each system's own maximum\n")
 print(f"Each system paced at half its median maximum above, {lat_secs} s of load per run; medians over the reps (p99 range in brackets).\n")
