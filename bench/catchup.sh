@@ -423,7 +423,7 @@ for v in STORES GIB SIZE BATCH PUBLISHERS INFLIGHT SEGMENT_BYTES LAG_SEGMENT_BYT
 done
 WEED_VERSION=$(command -v weed >/dev/null && weed version 2>/dev/null | head -1 || echo "not installed")
 python3 - "$OUT" "$(rustc --version)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-  "$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo ' plus uncommitted changes' || true)" \
+  "$(git status --porcelain -- . ':!bench/results' 2>/dev/null | grep -qv '^??' && echo ' plus uncommitted changes' || true)" \
   "$COMMAND" "$WEED_VERSION" "$TOTAL_SECS" "$CACHE_DISK_BYTES" "$CACHE_MEMORY_BYTES" "$PREFETCH" \
   "$ROW_GROUP_BYTES" "$RETENTION_CHECK_MS" <<'PY' >"$TMP/catchup.md"
 import json, sys, platform, subprocess, datetime, re

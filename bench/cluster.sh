@@ -268,7 +268,7 @@ fi
 
 # ---- the report ----
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-DIRTY=$(git status --porcelain 2>/dev/null | grep -q . && echo " plus uncommitted changes" || true)
+DIRTY=$(git status --porcelain -- . ':!bench/results' 2>/dev/null | grep -q . && echo " plus uncommitted changes" || true)
 RUSTC=$(rustc --version 2>/dev/null || echo unknown)
 CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 python3 - "$OUT" "$TOTAL_SECS" "$COMMIT$DIRTY" "$RUSTC" "$CPU" "$(nproc)" "$(uname -r)" \

@@ -350,7 +350,7 @@ for v in REPS RECORDS SIZE BATCH PUBLISHERS INFLIGHT ACKS; do
   esac
 done
 python3 - "$OUT" "$COMMAND" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-  "$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo ' plus uncommitted changes' || true)" \
+  "$(git status --porcelain -- . ':!bench/results' 2>/dev/null | grep -qv '^??' && echo ' plus uncommitted changes' || true)" \
   "$(rustc --version)" "$(kcat -V 2>&1 | grep -i version | tr '\n' ' ' || true)" \
   "$(python3 -c 'import confluent_kafka as c; print(c.version(), "on librdkafka", c.libversion()[0])')" \
   "$(python3 --version)" "$QUIC_PORT" "$KAFKA" "$ADMIN_PORT" <<'PY' >bench/results/kafka-vs-quic.md

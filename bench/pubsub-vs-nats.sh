@@ -314,7 +314,7 @@ for v in REPS RECORDS_F1 RECORDS_F10 LAT_SECS SIZE BATCH PUBLISHERS INFLIGHT FEL
   esac
 done
 python3 - "$OUT" "$(nats-server --version)" "$(rustc --version)" "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" \
-  "$(git status --porcelain 2>/dev/null | grep -qv '^??' && echo ' plus uncommitted changes' || true)" \
+  "$(git status --porcelain -- . ':!bench/results' 2>/dev/null | grep -qv '^??' && echo ' plus uncommitted changes' || true)" \
   "$REPS" "$LAT_SECS" "$COMMAND" "$FELIX_TIERED" <<'PY' >bench/results/pubsub-vs-nats.md
 import json, statistics, sys, platform, subprocess, datetime, re
 out, nats_version, rustc, commit, dirty, reps, lat_secs, command, felix_tiered = sys.argv[1:10]
