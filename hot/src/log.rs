@@ -838,29 +838,94 @@ impl ShardLog {
                 next_offset: from_offset,
             });
         }
-        let key = (shared.id, epoch, from_offset);
+        // Block after block while the budget has room for another: a subscriber's share
+        // (256 KiB) takes one, and hands it on without a copy; a Kafka fetch of 1 MiB takes
+        // several, joined into one buffer.
+        let mut parts: Vec<bytes::Bytes> = Vec::new();
+        let mut taken = 0usize;
+        let mut next = from_offset;
+        loop {
+            let budget = max_bytes - taken;
+            let Some(block) = self.block_at(
+                cache,
+                &segs,
+                epoch,
+                next,
+                visible_end,
+                budget,
+                parts.is_empty(),
+                max_batch,
+            )?
+            else {
+                break;
+            };
+            let (block, complete) = block;
+            taken += block.batches.len();
+            next = block.next_offset;
+            parts.push(block.batches);
+            if !complete
+                || next >= visible_end
+                || max_bytes - taken.min(max_bytes) < 2 * READ_BLOCK_BYTES as usize
+            {
+                break;
+            }
+        }
+        drop(segs);
+        if parts.is_empty() {
+            return plain(); // the offset lies past its segment's batches (a gap)
+        }
+        let batches = if parts.len() == 1 {
+            parts.pop().unwrap_or_default()
+        } else {
+            let mut joined = bytes::BytesMut::with_capacity(taken);
+            for part in &parts {
+                joined.extend_from_slice(part);
+            }
+            joined.freeze()
+        };
+        Ok(SharedRead {
+            batches,
+            next_offset: next,
+        })
+    }
+
+    /// The block of history starting with the batch that holds `from`: from `cache` if a
+    /// reader has read it since the last truncation, else from the file (and kept in `cache`
+    /// if it is complete). `None` if `from` lies past its segment's batches or, unless
+    /// `first`, if the block's first batch alone exceeds `budget`. With the block comes
+    /// whether it is complete (a reader may continue with the next one).
+    #[allow(clippy::too_many_arguments)]
+    fn block_at(
+        &self,
+        cache: &ReadCache,
+        segs: &[Arc<Segment>],
+        epoch: u64,
+        from: u64,
+        visible_end: u64,
+        budget: usize,
+        first: bool,
+        max_batch: usize,
+    ) -> Result<Option<(Block, bool)>, LogError> {
+        let shared = self.shared();
+        let key = (shared.id, epoch, from);
         if let Some(block) = cache.get(&key)
             && block.next_offset <= visible_end
+            && (first || block.batches.len() <= budget)
         {
-            return Ok(SharedRead {
-                batches: block.batches,
-                next_offset: block.next_offset,
-            });
+            return Ok(Some((block, true)));
         }
         let idx = segs
-            .partition_point(|s| s.base_offset <= from_offset)
+            .partition_point(|s| s.base_offset <= from)
             .saturating_sub(1);
         let seg = &segs[idx];
         let sealed = idx + 1 < segs.len();
-        let Some(position) =
-            batch_position(seg, from_offset, seg.size(), max_batch, &shared.shard)?
+        let Some(position) = batch_position(seg, from, seg.size(), max_batch, &shared.shard)?
         else {
-            drop(segs);
-            return plain(); // the offset lies past this segment's batches (a gap)
+            return Ok(None);
         };
         let mut out = LogRead {
             batches: Vec::new(),
-            next_offset: from_offset,
+            next_offset: from,
             visible_end,
         };
         let complete = read_block_into(
@@ -869,26 +934,22 @@ impl ShardLog {
             position,
             READ_BLOCK_BYTES,
             &mut out,
-            max_bytes,
+            budget,
             max_batch,
             &shared.shard,
         )?;
-        drop(segs);
-        let batches = bytes::Bytes::from(out.batches);
-        // Kept only if no truncation began or ended while it was read.
-        if complete && !batches.is_empty() && shared.truncations.load(Ordering::Acquire) == epoch {
-            cache.insert(
-                key,
-                Block {
-                    batches: batches.clone(),
-                    next_offset: out.next_offset,
-                },
-            );
+        if out.batches.is_empty() || (!first && out.batches.len() > budget) {
+            return Ok(None);
         }
-        Ok(SharedRead {
-            batches,
+        let block = Block {
+            batches: bytes::Bytes::from(out.batches),
             next_offset: out.next_offset,
-        })
+        };
+        // Kept only if no truncation began or ended while it was read.
+        if complete && shared.truncations.load(Ordering::Acquire) == epoch {
+            cache.insert(key, block.clone());
+        }
+        Ok(Some((block, complete)))
     }
 
     /// The base offset of the first batch holding a record with a timestamp at or after

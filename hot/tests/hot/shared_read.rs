@@ -154,3 +154,38 @@ async fn shared_reads_refuse_offsets_outside_the_log() {
         Err(LogError::OffsetOutOfRange { .. })
     ));
 }
+
+#[tokio::test]
+async fn a_large_budget_is_filled_with_several_blocks_as_a_plain_read_would_be() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = ShardLog::open(dir.path(), small_segments(8 * READ_BLOCK_BYTES)).unwrap();
+    for i in 0..200 {
+        append_committed(&log, uneven(i)).await;
+    }
+    let cache = ReadCache::new(64 << 20);
+    let budget = 1 << 20;
+    // Twice: first every block comes from the file, then from the cache.
+    for pass in 0..2 {
+        let mut next = 0;
+        let mut joined = Vec::new();
+        let mut sizes = Vec::new();
+        while next < log.committed_offset() {
+            let read = log.read_shared(&cache, next, budget, None).unwrap();
+            assert!(!read.batches.is_empty());
+            assert!(
+                read.batches.len() <= budget,
+                "pass {pass}: {} bytes",
+                read.batches.len()
+            );
+            sizes.push(read.batches.len());
+            next = read.next_offset;
+            joined.extend_from_slice(&read.batches);
+        }
+        assert_eq!(joined, read_all_plain(&log, 0, None), "pass {pass}");
+        assert!(
+            sizes.iter().any(|s| *s as u64 > 2 * READ_BLOCK_BYTES),
+            "pass {pass}: reads of {sizes:?} never took more than one block"
+        );
+    }
+    assert!(cache.hits() > 0);
+}
