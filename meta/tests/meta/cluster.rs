@@ -511,6 +511,47 @@ async fn a_wiped_member_does_not_vote_until_it_has_caught_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_loses_its_disk_under_a_live_leader_catches_up_and_the_leader_stays() {
+    let c = Cluster::start(3, 5000);
+    let leader = c.leader(Duration::from_secs(30)).await;
+    c.propose_ok(&tenant("acme")).await.expect("tenant");
+    for i in 0..5 {
+        c.propose_ok(&namespace("acme", &format!("before-{i}")))
+            .await
+            .expect("namespace");
+    }
+    // A follower the leader has replicated to loses its disk and comes back empty: its log
+    // is now behind what the leader recorded as matching. The leader must start over with
+    // it, not fall over (openraft asserts against a follower's log going back unless told
+    // that Felix's members may lose their state).
+    let wiped = (1..=3).find(|id| *id != leader).expect("a follower");
+    c.kill(wiped);
+    std::fs::remove_dir_all(c.data_dir(wiped)).expect("wipe");
+    c.spawn(wiped);
+    c.propose_ok(&namespace("acme", "after-wipe"))
+        .await
+        .expect("the leader and the third member carry on");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if c.status(wiped).await.is_some_and(|s| s.accepting_votes) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the wiped member did not catch up within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let state = c.converged(Duration::from_secs(30)).await;
+    assert!(namespaces_of(&state, "acme").contains("after-wipe"));
+    assert_eq!(
+        c.leader(Duration::from_secs(5)).await,
+        leader,
+        "the leader kept its place through the member's return"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_follower_catches_up_from_a_snapshot() {
     let c = Cluster::start(3, 20);
     let leader = c.leader(Duration::from_secs(30)).await;
