@@ -214,10 +214,7 @@ impl TieredShard {
                 None => self
                     .log
                     .read(from, max_bytes, upper_bound)
-                    .map(|r| SharedRead {
-                        batches: Bytes::from(r.batches),
-                        next_offset: r.next_offset,
-                    }),
+                    .map(SharedRead::from),
             };
             return match read {
                 Ok(r) => Ok(TieredRead {

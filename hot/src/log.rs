@@ -160,6 +160,22 @@ pub struct SharedRead {
     pub next_offset: u64,
 }
 
+impl From<LogRead> for SharedRead {
+    fn from(read: LogRead) -> SharedRead {
+        SharedRead {
+            batches: bytes::Bytes::from(read.batches),
+            next_offset: read.next_offset,
+        }
+    }
+}
+
+/// What [`ShardLog::read_view`] holds for a read.
+struct ReadView<'a> {
+    segs: parking_lot::RwLockReadGuard<'a, Vec<Arc<Segment>>>,
+    visible_end: u64,
+    max_batch: usize,
+}
+
 /// The log's offsets at one moment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LogOffsets {
@@ -290,23 +306,21 @@ fn batch_position(
 }
 
 /// Reads the batches of `seg` that start in `[position, mark)` (`mark` the next multiple of
-/// `block` after `position`) into `out`, stopping early at `out.visible_end` or before a
+/// [`READ_BLOCK_BYTES`] after `position`) into `out`, stopping early at `out.visible_end` or before a
 /// batch that would take the read past `max_bytes`. Returns whether the block is complete:
 /// it reached the mark or the end of a sealed segment, so any reader starting at `position`
 /// would read exactly these bytes.
-#[allow(clippy::too_many_arguments)]
 fn read_block_into(
     seg: &Segment,
     sealed: bool,
     position: u64,
-    block: u64,
     out: &mut LogRead,
     max_bytes: usize,
     max_batch: usize,
     shard: &str,
 ) -> Result<bool, LogError> {
     let end = seg.size();
-    let mark = (position / block + 1) * block;
+    let mark = (position / READ_BLOCK_BYTES + 1) * READ_BLOCK_BYTES;
     let stop = mark.min(end);
     seg.read_append(
         position,
@@ -752,19 +766,12 @@ impl ShardLog {
         max_bytes: usize,
         upper_bound: Option<u64>,
     ) -> Result<LogRead, LogError> {
+        let ReadView {
+            segs,
+            visible_end,
+            max_batch,
+        } = self.read_view(from_offset, upper_bound)?;
         let shared = self.shared();
-        let committed = shared.committed_end.load(Ordering::Acquire);
-        let visible_end = upper_bound.map_or(committed, |b| b.min(committed));
-        let max_batch = shared.config.read().max_batch_bytes;
-        let segs = shared.segments.read();
-        let first = segs.first().map_or(0, |s| s.base_offset);
-        if from_offset < first || from_offset > committed {
-            return Err(LogError::OffsetOutOfRange {
-                requested: from_offset,
-                first,
-                next: committed,
-            });
-        }
         let mut out = LogRead {
             batches: Vec::new(),
             next_offset: from_offset,
@@ -790,38 +797,16 @@ impl ShardLog {
         Ok(out)
     }
 
-    /// [`ShardLog::read`] for readers that may share what they read (subscribers catching
-    /// up): history is read in blocks at fixed file positions
-    /// ([`READ_BLOCK_BYTES`]), and a block another reader read recently is served from
-    /// `cache` without touching the file. Same guarantees as `read`: whole batches that
-    /// passed their CRC check (when they were read from the file), never past the committed
-    /// end nor `upper_bound`, `OffsetOutOfRange` below the first offset. A read returns one
-    /// block at most, so `max_bytes` below two blocks (or a cache of capacity 0) reads as
-    /// `read` does.
-    pub fn read_shared(
+    /// The segments a read works on (held for it) and its bounds, once `from_offset` is
+    /// known to lie within the log: `OffsetOutOfRange` below the first offset or past the
+    /// committed end.
+    fn read_view(
         &self,
-        cache: &ReadCache,
         from_offset: u64,
-        max_bytes: usize,
         upper_bound: Option<u64>,
-    ) -> Result<SharedRead, LogError> {
-        let plain = || {
-            self.read(from_offset, max_bytes, upper_bound)
-                .map(|r| SharedRead {
-                    batches: bytes::Bytes::from(r.batches),
-                    next_offset: r.next_offset,
-                })
-        };
-        if cache.capacity() == 0 || (max_bytes as u64) < 2 * READ_BLOCK_BYTES {
-            return plain();
-        }
+    ) -> Result<ReadView<'_>, LogError> {
         let shared = self.shared();
-        let epoch = shared.truncations.load(Ordering::Acquire);
-        if epoch % 2 == 1 {
-            return plain(); // a truncation is under way
-        }
         let committed = shared.committed_end.load(Ordering::Acquire);
-        let visible_end = upper_bound.map_or(committed, |b| b.min(committed));
         let max_batch = shared.config.read().max_batch_bytes;
         let segs = shared.segments.read();
         let first = segs.first().map_or(0, |s| s.base_offset);
@@ -832,6 +817,45 @@ impl ShardLog {
                 next: committed,
             });
         }
+        Ok(ReadView {
+            segs,
+            visible_end: upper_bound.map_or(committed, |b| b.min(committed)),
+            max_batch,
+        })
+    }
+
+    /// [`ShardLog::read`] for readers that may share what they read (subscribers catching
+    /// up): history is read in blocks at fixed file positions
+    /// ([`READ_BLOCK_BYTES`]), and a block another reader read recently is served from
+    /// `cache` without touching the file. Same guarantees as `read`: whole batches that
+    /// passed their CRC check (when they were read from the file), never past the committed
+    /// end nor `upper_bound`, `OffsetOutOfRange` below the first offset. A read takes whole
+    /// blocks while `max_bytes` leaves room for another (one block is returned without a
+    /// copy); `max_bytes` below two blocks, or a cache of capacity 0, reads as `read` does.
+    pub fn read_shared(
+        &self,
+        cache: &ReadCache,
+        from_offset: u64,
+        max_bytes: usize,
+        upper_bound: Option<u64>,
+    ) -> Result<SharedRead, LogError> {
+        let plain = || {
+            self.read(from_offset, max_bytes, upper_bound)
+                .map(SharedRead::from)
+        };
+        if cache.capacity() == 0 || (max_bytes as u64) < 2 * READ_BLOCK_BYTES {
+            return plain();
+        }
+        let shared = self.shared();
+        let epoch = shared.truncations.load(Ordering::Acquire);
+        if epoch % 2 == 1 {
+            return plain(); // a truncation is under way
+        }
+        let ReadView {
+            segs,
+            visible_end,
+            max_batch,
+        } = self.read_view(from_offset, upper_bound)?;
         if from_offset >= visible_end {
             return Ok(SharedRead {
                 batches: bytes::Bytes::new(),
@@ -846,7 +870,7 @@ impl ShardLog {
         let mut next = from_offset;
         loop {
             let budget = max_bytes - taken;
-            let Some(block) = self.block_at(
+            let Some((block, complete)) = self.block_at(
                 cache,
                 &segs,
                 epoch,
@@ -859,13 +883,12 @@ impl ShardLog {
             else {
                 break;
             };
-            let (block, complete) = block;
             taken += block.batches.len();
             next = block.next_offset;
             parts.push(block.batches);
             if !complete
                 || next >= visible_end
-                || max_bytes - taken.min(max_bytes) < 2 * READ_BLOCK_BYTES as usize
+                || max_bytes.saturating_sub(taken) < 2 * READ_BLOCK_BYTES as usize
             {
                 break;
             }
@@ -932,7 +955,6 @@ impl ShardLog {
             seg,
             sealed,
             position,
-            READ_BLOCK_BYTES,
             &mut out,
             budget,
             max_batch,

@@ -60,15 +60,26 @@ fn read_all_plain(log: &ShardLog, from: u64, bound: Option<u64>) -> Vec<u8> {
     }
 }
 
+/// A log of `segment_bytes` segments holding `count` uneven batches (kept in `dir`), and
+/// what was appended.
+async fn filled_log(
+    dir: &tempfile::TempDir,
+    segment_bytes: u64,
+    count: usize,
+) -> (ShardLog, Vec<Sent>) {
+    let log = ShardLog::open(dir.path(), small_segments(segment_bytes)).unwrap();
+    let mut sent = Vec::with_capacity(count);
+    for i in 0..count {
+        sent.push(append_committed(&log, uneven(i)).await);
+    }
+    (log, sent)
+}
+
 #[tokio::test]
 async fn shared_reads_return_what_plain_reads_return_and_readers_share_blocks() {
     let dir = tempfile::tempdir().unwrap();
     // Segments of 1.5 blocks: blocks end at segment ends as well as on the grid.
-    let log = ShardLog::open(dir.path(), small_segments(3 * READ_BLOCK_BYTES / 2)).unwrap();
-    let mut sent = Vec::new();
-    for i in 0..120 {
-        sent.push(append_committed(&log, uneven(i)).await);
-    }
+    let (log, sent) = filled_log(&dir, 3 * READ_BLOCK_BYTES / 2, 120).await;
     assert!(log.sealed_segments().len() >= 4);
     let cache = ReadCache::new(64 << 20);
 
@@ -99,10 +110,7 @@ async fn shared_reads_return_what_plain_reads_return_and_readers_share_blocks() 
 #[tokio::test]
 async fn a_cached_block_never_reaches_past_a_lower_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let log = ShardLog::open(dir.path(), small_segments(4 * READ_BLOCK_BYTES)).unwrap();
-    for i in 0..80 {
-        append_committed(&log, uneven(i)).await;
-    }
+    let (log, _) = filled_log(&dir, 4 * READ_BLOCK_BYTES, 80).await;
     let cache = ReadCache::new(64 << 20);
     let all = read_all_shared(&log, &cache, 0, None);
     assert_eq!(all, read_all_plain(&log, 0, None));
@@ -117,11 +125,7 @@ async fn a_cached_block_never_reaches_past_a_lower_bound() {
 #[tokio::test]
 async fn a_cut_log_is_never_served_from_blocks_of_its_old_content() {
     let dir = tempfile::tempdir().unwrap();
-    let log = ShardLog::open(dir.path(), small_segments(4 * READ_BLOCK_BYTES)).unwrap();
-    let mut sent = Vec::new();
-    for i in 0..80 {
-        sent.push(append_committed(&log, uneven(i)).await);
-    }
+    let (log, sent) = filled_log(&dir, 4 * READ_BLOCK_BYTES, 80).await;
     let cache = ReadCache::new(64 << 20);
     let before = read_all_shared(&log, &cache, 0, None);
     assert!(cache.bytes() > 0, "blocks cached");
@@ -140,10 +144,7 @@ async fn a_cut_log_is_never_served_from_blocks_of_its_old_content() {
 #[tokio::test]
 async fn shared_reads_refuse_offsets_outside_the_log() {
     let dir = tempfile::tempdir().unwrap();
-    let log = ShardLog::open(dir.path(), small_segments(4 * READ_BLOCK_BYTES)).unwrap();
-    for i in 0..10 {
-        append_committed(&log, uneven(i)).await;
-    }
+    let (log, _) = filled_log(&dir, 4 * READ_BLOCK_BYTES, 10).await;
     let cache = ReadCache::new(64 << 20);
     let end = log.committed_offset();
     let at_end = log.read_shared(&cache, end, BUDGET, None).unwrap();
@@ -158,10 +159,7 @@ async fn shared_reads_refuse_offsets_outside_the_log() {
 #[tokio::test]
 async fn a_large_budget_is_filled_with_several_blocks_as_a_plain_read_would_be() {
     let dir = tempfile::tempdir().unwrap();
-    let log = ShardLog::open(dir.path(), small_segments(8 * READ_BLOCK_BYTES)).unwrap();
-    for i in 0..200 {
-        append_committed(&log, uneven(i)).await;
-    }
+    let (log, _) = filled_log(&dir, 8 * READ_BLOCK_BYTES, 200).await;
     let cache = ReadCache::new(64 << 20);
     let budget = 1 << 20;
     // Twice: first every block comes from the file, then from the cache.
