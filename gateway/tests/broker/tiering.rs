@@ -484,12 +484,21 @@ async fn replay_crosses_cold_hot_and_live_and_survives_an_empty_cache() {
         }
         other => panic!("expected cold_tier_unavailable, got {other:?}"),
     }
+    // The startup probe says so once its check has run out of retries, which may be after
+    // the read above failed (the gauge reads 0 before the probe's first answer, too).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let log = std::fs::read_to_string(broker.log_path()).unwrap_or_default();
+        if log.contains("object store unreachable") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the broker says the object store is unreachable"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(metric(&broker, "felix_tier_store_up").await, 0.0);
-    let log = std::fs::read_to_string(broker.log_path()).unwrap_or_default();
-    assert!(
-        log.contains("object store unreachable"),
-        "the broker says the object store is unreachable"
-    );
     env.proxy.set_down(false);
 }
 
