@@ -115,8 +115,16 @@ impl Subscription {
                 }
                 self.buf.reserve(total - self.buf.len());
             }
-            match self.recv.read_chunk(usize::MAX, true).await {
-                Ok(Some(chunk)) => self.buf.extend_from_slice(&chunk.bytes),
+            // Many chunks per call: each call takes the connection's lock, which the
+            // connection driver holds while it decrypts, so one take per ~1.2 KiB chunk
+            // (a packet's payload) contends with it at every packet.
+            let mut chunks: [Bytes; 32] = Default::default();
+            match self.recv.read_chunks(&mut chunks).await {
+                Ok(Some(n)) => {
+                    for chunk in &chunks[..n] {
+                        self.buf.extend_from_slice(chunk);
+                    }
+                }
                 Ok(None) if self.buf.is_empty() => return Ok(None),
                 Ok(None) => {
                     return Err(ClientError::Protocol(format!(

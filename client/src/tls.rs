@@ -149,6 +149,7 @@ fn transport_config() -> quinn::TransportConfig {
         .stream_receive_window(STREAM_WINDOW.into())
         .receive_window(CONNECTION_WINDOW.into())
         .send_window(CONNECTION_WINDOW.into());
+    x_transport(&mut t);
     t
 }
 
@@ -521,5 +522,20 @@ DHfMT8BJWtdc4h8nXCpmZsAVKAL+fdigmq+25fi0Pctw5FCGMp24cF1p
             assert!(err.to_string().contains("BadSignature"), "{host}: {err}");
         }
         broker.close(0u32.into(), b"");
+    }
+}
+
+pub fn xmtu() -> Option<u16> { std::env::var("XMTU").ok().and_then(|v| v.parse().ok()) }
+pub fn x_endpoint_config() -> quinn::EndpointConfig {
+    let mut c = quinn::EndpointConfig::default();
+    if let Some(m) = xmtu() { c.max_udp_payload_size(m).unwrap(); }
+    c
+}
+pub fn x_transport(t: &mut quinn::TransportConfig) {
+    if let Some(m) = xmtu() {
+        let mut d = quinn::MtuDiscoveryConfig::default();
+        d.upper_bound(m);
+        t.mtu_discovery_config(Some(d));
+        if std::env::var("XINIT").is_ok() { t.initial_mtu(m); }
     }
 }

@@ -131,6 +131,7 @@ fn transport_config(idle_timeout: Duration) -> anyhow::Result<quinn::TransportCo
         .stream_receive_window(STREAM_WINDOW.into())
         .receive_window(CONNECTION_WINDOW.into())
         .send_window(CONNECTION_WINDOW.into());
+    x_transport(&mut t);
     Ok(t)
 }
 
@@ -571,5 +572,20 @@ mod tests {
         client.set_default_client_config(verifying_client(&other_ca));
         let result = client.connect(addr, "localhost").expect("connect").await;
         assert!(result.is_err(), "an unknown CA must fail the handshake");
+    }
+}
+
+pub fn xmtu() -> Option<u16> { std::env::var("XMTU").ok().and_then(|v| v.parse().ok()) }
+pub fn x_endpoint_config() -> quinn::EndpointConfig {
+    let mut c = quinn::EndpointConfig::default();
+    if let Some(m) = xmtu() { c.max_udp_payload_size(m).unwrap(); }
+    c
+}
+pub fn x_transport(t: &mut quinn::TransportConfig) {
+    if let Some(m) = xmtu() {
+        let mut d = quinn::MtuDiscoveryConfig::default();
+        d.upper_bound(m);
+        t.mtu_discovery_config(Some(d));
+        if std::env::var("XINIT").is_ok() { t.initial_mtu(m); }
     }
 }
