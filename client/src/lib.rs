@@ -190,7 +190,7 @@ async fn handshake(
     } else {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
-    let endpoint = std::net::UdpSocket::bind(bind).and_then(|s| quinn::Endpoint::new(tls::x_endpoint_config(), None, s, quinn::default_runtime().unwrap()))
+    let endpoint = tls::client_endpoint(bind)
         .map_err(|e| ClientError::Connect(format!("cannot open a UDP socket: {e}")))?;
     let connecting = endpoint
         .connect_with(quic, addr, &server_name)

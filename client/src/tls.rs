@@ -139,6 +139,26 @@ pub fn server_name(host: &str) -> String {
     }
 }
 
+/// The largest UDP payload the client sends or accepts; MTU discovery probes up to it from
+/// QUIC's 1200 bytes. The broker's bound (felix-gateway `tls::MAX_UDP_PAYLOAD`) says why
+/// large datagrams matter and why 6,500: quinn sends up to 10 in one segmentation-offload
+/// call, which the kernel refuses past 65,507 bytes.
+pub const MAX_UDP_PAYLOAD: u16 = 6_500;
+const _: () = assert!(10 * MAX_UDP_PAYLOAD as usize <= 65_507);
+
+/// A client endpoint bound to `bind`: [`quinn::Endpoint::client`] with the endpoint's
+/// datagram limit raised to [`MAX_UDP_PAYLOAD`].
+pub fn client_endpoint(bind: std::net::SocketAddr) -> std::io::Result<quinn::Endpoint> {
+    let socket = std::net::UdpSocket::bind(bind)?;
+    let runtime = quinn::default_runtime()
+        .ok_or_else(|| std::io::Error::other("the QUIC client needs a tokio runtime"))?;
+    let mut endpoint = quinn::EndpointConfig::default();
+    endpoint
+        .max_udp_payload_size(MAX_UDP_PAYLOAD)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    quinn::Endpoint::new(endpoint, None, socket, runtime)
+}
+
 /// The transport limits of the client's connection.
 fn transport_config() -> quinn::TransportConfig {
     let mut t = quinn::TransportConfig::default();
@@ -149,7 +169,9 @@ fn transport_config() -> quinn::TransportConfig {
         .stream_receive_window(STREAM_WINDOW.into())
         .receive_window(CONNECTION_WINDOW.into())
         .send_window(CONNECTION_WINDOW.into());
-    x_transport(&mut t);
+    let mut mtu = quinn::MtuDiscoveryConfig::default();
+    mtu.upper_bound(MAX_UDP_PAYLOAD);
+    t.mtu_discovery_config(Some(mtu));
     t
 }
 
@@ -522,20 +544,5 @@ DHfMT8BJWtdc4h8nXCpmZsAVKAL+fdigmq+25fi0Pctw5FCGMp24cF1p
             assert!(err.to_string().contains("BadSignature"), "{host}: {err}");
         }
         broker.close(0u32.into(), b"");
-    }
-}
-
-pub fn xmtu() -> Option<u16> { std::env::var("XMTU").ok().and_then(|v| v.parse().ok()) }
-pub fn x_endpoint_config() -> quinn::EndpointConfig {
-    let mut c = quinn::EndpointConfig::default();
-    if let Some(m) = xmtu() { c.max_udp_payload_size(m).unwrap(); }
-    c
-}
-pub fn x_transport(t: &mut quinn::TransportConfig) {
-    if let Some(m) = xmtu() {
-        let mut d = quinn::MtuDiscoveryConfig::default();
-        d.upper_bound(m);
-        t.mtu_discovery_config(Some(d));
-        if std::env::var("XINIT").is_ok() { t.initial_mtu(m); }
     }
 }

@@ -200,8 +200,7 @@ async fn listen(
         Duration::from_millis(config.quic_idle_timeout_ms),
     )
     .context("configure TLS for the QUIC listener")?;
-    let sock = std::net::UdpSocket::bind(config.quic_addr)?;
-    let endpoint = quinn::Endpoint::new(tls::x_endpoint_config(), Some(tls.config), sock, quinn::default_runtime().unwrap())
+    let endpoint = tls::quic_endpoint(tls.config, config.quic_addr)
         .with_context(|| format!("listen for QUIC on {}", config.quic_addr))?;
     let admin_listener = match tokio::net::TcpListener::bind(config.admin_addr).await {
         Ok(listener) => listener,
