@@ -116,8 +116,8 @@ impl Subscription {
                 self.buf.reserve(total - self.buf.len());
             }
             // Many chunks per call: each call takes the connection's lock, which the
-            // connection driver holds while it decrypts, so one take per ~1.2 KiB chunk
-            // (a packet's payload) contends with it at every packet.
+            // connection driver holds while it decrypts, so one take per chunk (one
+            // packet's payload) contends with it at every packet.
             let mut chunks: [Bytes; 32] = Default::default();
             match self.recv.read_chunks(&mut chunks).await {
                 Ok(Some(n)) => {

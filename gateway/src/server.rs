@@ -108,8 +108,9 @@ async fn read_frame(recv: &mut quinn::RecvStream, max: usize) -> Result<Frame, R
     let mut buf = Vec::with_capacity(4 + n);
     buf.extend_from_slice(&len);
     // Many chunks per call: each call takes the connection's lock, which its driver holds
-    // while it decrypts, so taking it once per ~1.2 KiB chunk contends at every packet. A
-    // request stream carries one frame; anything the client sends past it is not read.
+    // while it decrypts, so taking it once per chunk (one packet's payload) contends at
+    // every packet. A request stream carries one frame and nothing reads it afterwards, so
+    // whatever a client sends past the frame is dropped here.
     let mut chunks: [Bytes; 32] = Default::default();
     while buf.len() < 4 + n {
         match recv.read_chunks(&mut chunks).await {
