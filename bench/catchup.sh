@@ -58,7 +58,7 @@ RETENTION_CHECK_MS=${RETENTION_CHECK_MS:-1000}
 PROFILE=${PROFILE:-1}
 CACHE_EXPERIMENTS=${CACHE_EXPERIMENTS:-1}
 # Replays of each main case (hot, cold-empty, cold-warm); the tables show the median run.
-REPLAY_REPS=${REPLAY_REPS:-3}
+REPLAY_REPS=${REPLAY_REPS:-5}
 CUR_CACHE_DISK=$CACHE_DISK_BYTES
 S3_KEY=test
 S3_SECRET=testsecret
