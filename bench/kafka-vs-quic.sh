@@ -55,7 +55,9 @@ if [ "${SKIP_BUILD:-0}" = 1 ]; then
   echo "SKIP_BUILD=1: using the felix and felix-bench already in target/release" >&2
 else
   echo "building felix and felix-bench (release)" >&2
-  cargo build --release -q -p felix-gateway -p felix-bench
+  # The same features as bench/pubsub-vs-nats.sh and bench/catchup.sh: one set of release
+  # artifacts serves all of them (another feature set rebuilds much of the dependency tree).
+  cargo build --release -q -p felix-bench --features nats -p felix-gateway
 fi
 mkdir -p bench/results
 OUT=bench/results/kafka-vs-quic.jsonl
