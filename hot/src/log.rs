@@ -234,6 +234,10 @@ fn read_segment_into(
         let mut at = base;
         while at < out.batches.len() {
             match BatchHeader::validate(&out.batches[at..], max_batch) {
+                Ok((h, _)) if !continues(&h, at, out.next_offset) => {
+                    out.batches.truncate(at);
+                    return Err(discontiguous(seg, shard, position + (at - base) as u64));
+                }
                 Ok((h, blen)) => {
                     let last = h.last_offset() as u64;
                     if last >= out.visible_end {
@@ -268,6 +272,27 @@ fn read_segment_into(
     Ok(SegmentRead::Exhausted)
 }
 
+/// Checks that a batch read at `at` (bytes into the read's output) continues the read:
+/// the first batch of a read holds `next` (its base is at or below it), every later one
+/// starts exactly at `next`. Offsets are dense, and the base offset is not covered by the
+/// batch CRC, so this is the only check that catches a changed one.
+fn continues(h: &BatchHeader, at: usize, next: u64) -> bool {
+    h.base_offset >= 0
+        && if at == 0 {
+            h.base_offset as u64 <= next
+        } else {
+            h.base_offset as u64 == next
+        }
+}
+
+fn discontiguous(seg: &Segment, shard: &str, position: u64) -> LogError {
+    seg.corrupt(
+        shard,
+        position,
+        WireError::Inconsistent(crate::recovery::DISCONTIGUOUS),
+    )
+}
+
 /// The position in `seg` (below `end`) of the batch holding `offset`, or `None` if no batch
 /// there reaches it. The sparse index lands at most one index interval (plus a batch) before
 /// it, so this hops over headers only; callers fully check the batches they keep.
@@ -278,7 +303,14 @@ fn batch_position(
     max_batch: usize,
     shard: &str,
 ) -> Result<Option<u64>, LogError> {
-    let mut position = seg.index.read().position_for(offset);
+    // The index entry is checksummed: it anchors the chain of base offsets hopped over, so
+    // a header whose base offset was changed on disk (it is outside the batch CRC) is
+    // caught here instead of misplacing the read.
+    let (mut position, mut expect) = seg
+        .index
+        .read()
+        .anchor_for(offset)
+        .map_or((0, seg.base_offset), |e| (e.position, e.offset));
     let mut header = [0u8; BATCH_HEADER_LEN];
     loop {
         if position >= end {
@@ -298,9 +330,13 @@ fn batch_position(
         let h = BatchHeader::parse(&header).map_err(|e| seg.corrupt(shard, position, e))?;
         let total = BatchHeader::peek_total_len(&header, max_batch)
             .map_err(|e| seg.corrupt(shard, position, e))?;
+        if h.base_offset < 0 || h.base_offset as u64 != expect {
+            return Err(discontiguous(seg, shard, position));
+        }
         if h.last_offset() as u64 >= offset {
             return Ok(Some(position));
         }
+        expect = h.last_offset() as u64 + 1;
         position += total as u64;
     }
 }
@@ -332,6 +368,10 @@ fn read_block_into(
     let mut at = 0usize;
     while at < out.batches.len() {
         match BatchHeader::validate(&out.batches[at..], max_batch) {
+            Ok((h, _)) if !continues(&h, at, out.next_offset) => {
+                out.batches.truncate(at);
+                return Err(discontiguous(seg, shard, position + at as u64));
+            }
             Ok((h, blen)) => {
                 let last = h.last_offset() as u64;
                 if last >= out.visible_end {
@@ -1047,7 +1087,7 @@ impl ShardLog {
                 max_batch,
                 &shared.shard,
                 |h, pos, _| {
-                    if (h.base_offset as u64) < expect {
+                    if h.base_offset < 0 || h.base_offset as u64 != expect {
                         bad = Some(pos);
                         return false;
                     }
@@ -1061,7 +1101,7 @@ impl ShardLog {
                     shard: shared.shard.clone(),
                     segment: seg.path.clone(),
                     position,
-                    source: felix_wire::WireError::Inconsistent("batch offset goes backwards"),
+                    source: felix_wire::WireError::Inconsistent(crate::recovery::DISCONTIGUOUS),
                 });
             }
         }

@@ -32,6 +32,10 @@ pub(crate) struct Recovered {
     pub last_generation: i32,
 }
 
+/// Why a batch whose checksum holds is refused: its base offset is not one past the last
+/// offset of the batch before it (offsets in a shard's log are dense).
+pub(crate) const DISCONTIGUOUS: &str = "batch does not continue the offsets before it";
+
 /// Chunk size for scanning segments.
 const SCAN_CHUNK: usize = 1 << 20;
 
@@ -63,16 +67,22 @@ pub(crate) fn open_segments(dir: &Path, cfg: &LogConfig) -> Result<Recovered, Lo
     for (i, &base) in bases.iter().enumerate() {
         let is_last = i + 1 == count;
         let seg = open_one(dir, base, is_last, cfg)?;
+        // Offsets are dense: each segment starts where the one before it ends. A gap means
+        // records were lost from the end of the segment before (e.g. a file cut short whose
+        // index was lost too), an overlap that two segments claim the same offsets.
         if let Some(prev) = segments.last()
-            && seg.base_offset < prev.next_offset()
+            && seg.base_offset != prev.next_offset()
         {
+            let why = if seg.base_offset < prev.next_offset() {
+                "segment overlaps the offsets of the one before it"
+            } else {
+                "segment does not start where the one before it ends: records are missing"
+            };
             return Err(LogError::Corrupt {
                 shard: shard.to_owned(),
                 segment: seg.path.clone(),
                 position: 0,
-                source: WireError::Inconsistent(
-                    "segment overlaps the offsets of the one before it",
-                ),
+                source: WireError::Inconsistent(why),
             });
         }
         segments.push(Arc::new(seg));
@@ -144,6 +154,20 @@ fn open_one(dir: &Path, base: u64, is_last: bool, cfg: &LogConfig) -> Result<Seg
     let seg = Segment::new(base, path, file);
 
     if let Some(loaded) = read_index_file(dir, base, len) {
+        if loaded.size > len {
+            // Sealed at `loaded.size`, cut short since: the records past the cut are lost,
+            // which is corruption, never a shorter segment. The scan names the torn batch
+            // when the cut is inside one; a cut on a batch boundary is named by its place.
+            scan(&seg, len, cfg)?;
+            return Err(seg.corrupt(
+                shard,
+                len,
+                WireError::Truncated {
+                    needed: loaded.size as usize,
+                    available: len as usize,
+                },
+            ));
+        }
         seg.size.store(loaded.size, Ordering::Release);
         seg.next_offset.store(loaded.next_offset, Ordering::Release);
         seg.min_timestamp
@@ -199,7 +223,7 @@ fn scan(seg: &Segment, len: u64, cfg: &LogConfig) -> Result<(), LogError> {
         cfg.max_batch_bytes,
         &cfg.shard,
         |h, pos, bytes| {
-            if (h.base_offset as u64) < expect || h.base_offset < 0 {
+            if h.base_offset < 0 || h.base_offset as u64 != expect {
                 err = Some(pos);
                 return false;
             }
@@ -213,7 +237,7 @@ fn scan(seg: &Segment, len: u64, cfg: &LogConfig) -> Result<(), LogError> {
             shard: cfg.shard.clone(),
             segment: seg.path.clone(),
             position,
-            source: WireError::Inconsistent("batch offset goes backwards"),
+            source: WireError::Inconsistent(DISCONTIGUOUS),
         });
     }
     seg.size.store(end, Ordering::Release);
@@ -264,7 +288,10 @@ fn scan_prefix(seg: &Segment, len: u64, cfg: &LogConfig) -> Result<u64, LogError
                 torn = true;
                 break;
             };
-            if h.base_offset < 0 || (h.base_offset as u64) < expect {
+            if h.base_offset < 0 || h.base_offset as u64 != expect {
+                // Whole but misplaced (a stale batch left behind, or a base offset changed
+                // on disk: it is outside the CRC). Nothing after it can be placed either;
+                // it is cut with the rest of the tail, and the warning below names the cut.
                 torn = true;
                 break;
             }

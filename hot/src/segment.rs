@@ -84,6 +84,14 @@ impl SparseIndex {
     }
 
     /// Position of the last indexed batch starting at or before `offset`.
+    /// The indexed batch at or before `offset`: its position and base offset, or `None`
+    /// when `offset` lies before the first entry (the scan then starts at position 0 with
+    /// the segment's base offset).
+    pub fn anchor_for(&self, offset: u64) -> Option<OffsetEntry> {
+        let i = self.offsets.partition_point(|e| e.offset <= offset);
+        (i > 0).then(|| self.offsets[i - 1])
+    }
+
     pub fn position_for(&self, offset: u64) -> u64 {
         let i = self.offsets.partition_point(|e| e.offset <= offset);
         if i == 0 {
@@ -211,15 +219,33 @@ impl Segment {
         let mut buf = vec![0u8; len];
         self.file
             .read_exact_at(&mut buf, position)
-            .map_err(|source| io_err(shard, "read segment", &self.path, source))?;
+            .map_err(|source| self.read_failed(shard, position, len, source))?;
         Ok(buf)
+    }
+
+    /// A failed read of `len` bytes at `position`. Every read stays below the segment's
+    /// size as recorded (by appends, or by the index of a sealed segment), so a file that
+    /// ends first was cut short behind the log's back: corruption, not an I/O outage.
+    fn read_failed(&self, shard: &str, position: u64, len: usize, e: std::io::Error) -> LogError {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            let on_disk = self.file.metadata().map_or(0, |m| m.len());
+            return self.corrupt(
+                shard,
+                position,
+                WireError::Truncated {
+                    needed: len,
+                    available: on_disk.saturating_sub(position) as usize,
+                },
+            );
+        }
+        io_err(shard, "read segment", &self.path, e)
     }
 
     /// Fills `buf` from `position`.
     pub fn read_into(&self, position: u64, buf: &mut [u8], shard: &str) -> Result<(), LogError> {
         self.file
             .read_exact_at(buf, position)
-            .map_err(|source| io_err(shard, "read segment", &self.path, source))
+            .map_err(|source| self.read_failed(shard, position, buf.len(), source))
     }
 
     /// Appends the `len` bytes at `position` to `out`. The bytes are read straight into
@@ -261,7 +287,7 @@ impl Segment {
                     std::io::ErrorKind::UnexpectedEof,
                     format!("segment ended {} bytes short of the read", len - done),
                 );
-                return Err(io_err(shard, "read segment", &self.path, e));
+                return Err(self.read_failed(shard, position + done as u64, len - done, e));
             }
             done += n as usize;
         }
@@ -430,7 +456,10 @@ pub(crate) struct LoadedIndex {
 }
 
 /// Loads the index file of the segment at `base_offset`; `None` if it is missing, damaged,
-/// or describes another size than `file_len` (it is then rebuilt by scanning the segment).
+/// or describes a smaller size than `file_len` (it is then rebuilt by scanning the segment).
+/// An intact index that records a *larger* size than the file has is kept, with its size:
+/// the segment was sealed at that size and has since been cut short, so the caller must
+/// treat the missing bytes as corruption (a rescan would silently drop their records).
 pub(crate) fn read_index_file(dir: &Path, base_offset: u64, file_len: u64) -> Option<LoadedIndex> {
     let bytes = std::fs::read(dir.join(index_file_name(base_offset))).ok()?;
     if bytes.len() < INDEX_HEADER + 4 || &bytes[0..4] != INDEX_MAGIC {
@@ -443,7 +472,7 @@ pub(crate) fn read_index_file(dir: &Path, base_offset: u64, file_len: u64) -> Op
     let u16_at = |at: usize| u16::from_le_bytes(body[at..at + 2].try_into().unwrap_or_default());
     let u64_at = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().unwrap_or_default());
     let u32_at = |at: usize| u32::from_le_bytes(body[at..at + 4].try_into().unwrap_or_default());
-    if u16_at(4) != INDEX_VERSION || u64_at(8) != base_offset || u64_at(24) != file_len {
+    if u16_at(4) != INDEX_VERSION || u64_at(8) != base_offset || u64_at(24) < file_len {
         return None;
     }
     let n_off = u32_at(48) as usize;
@@ -469,7 +498,7 @@ pub(crate) fn read_index_file(dir: &Path, base_offset: u64, file_len: u64) -> Op
     }
     Some(LoadedIndex {
         next_offset: u64_at(16),
-        size: file_len,
+        size: u64_at(24),
         min_timestamp: u64_at(32) as i64,
         max_timestamp: u64_at(40) as i64,
         index,

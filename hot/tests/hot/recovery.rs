@@ -581,3 +581,141 @@ async fn a_last_segment_that_was_sealed_reopens_behind_a_new_active_segment() {
     assert_eq!(s.base, next);
     assert!(dir.path().join(format!("{next:020}.log")).exists());
 }
+
+/// Reads `[from, end)` through `read` until it fails, returning every (first, last) offset
+/// of the batches it served and the error that stopped it, if any.
+fn read_until_error(
+    mut read: impl FnMut(u64) -> Result<(Vec<u8>, u64), LogError>,
+    from: u64,
+    end: u64,
+) -> (Vec<(u64, u64)>, Option<LogError>) {
+    let mut served = Vec::new();
+    let mut next = from;
+    while next < end {
+        match read(next) {
+            Ok((bytes, after)) => {
+                for (h, _) in BatchIter::new(&bytes, usize::MAX).map(|r| r.unwrap()) {
+                    served.push((h.base_offset as u64, h.last_offset() as u64));
+                }
+                assert!(after > next, "a read at {next} made progress");
+                next = after;
+            }
+            Err(e) => return (served, Some(e)),
+        }
+    }
+    (served, None)
+}
+
+/// The batches served must be exactly the ones written, in order, with nothing skipped or
+/// repeated: offsets continue from `from`.
+fn assert_dense(served: &[(u64, u64)], from: u64) {
+    let mut expect = from;
+    for &(first, last) in served {
+        assert!(
+            first <= expect && last >= expect,
+            "served [{first}, {last}] where offset {expect} was due: {served:?}"
+        );
+        expect = last + 1;
+    }
+}
+
+#[tokio::test]
+async fn a_changed_base_offset_in_a_sealed_segment_is_corruption_never_misplaced_records() {
+    // The base offset lies outside the batch CRC (as in Kafka's format), so only the
+    // continuity of offsets shows that it changed. Every read path must refuse the batch.
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_segments(4096);
+    let sent = write_log(dir.path(), config.clone(), 60, |i| batch(i as u64, 3, 60)).await;
+    let end = sent.last().unwrap().last + 1;
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 3, "several sealed segments");
+    let damaged = files[1].clone();
+    let stored = stored_batches(&damaged);
+    let victim = stored[stored.len() / 2];
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    let at = victim.position as usize;
+    stamp_base_offset(
+        &mut bytes[at..at + victim.len as usize],
+        victim.header.base_offset + 1,
+    );
+    std::fs::write(&damaged, bytes).unwrap();
+
+    // The sealed segment is trusted through its index at open; the reads catch it.
+    let log = ShardLog::open(dir.path(), config).unwrap();
+    let check = |served: Vec<(u64, u64)>, e: Option<LogError>, path: &str| {
+        assert_dense(&served, 0);
+        assert!(
+            served
+                .iter()
+                .all(|&(_, last)| last < victim.header.base_offset as u64),
+            "{path}: nothing at or after the damaged batch is served: {served:?}"
+        );
+        match e {
+            Some(LogError::Corrupt {
+                segment, position, ..
+            }) => {
+                assert_eq!(segment, damaged, "{path}");
+                assert_eq!(position, victim.position, "{path}");
+            }
+            other => panic!("{path}: expected Corrupt, got {other:?}"),
+        }
+    };
+    for max_bytes in [1, 300, 1 << 20] {
+        let (served, e) = read_until_error(
+            |next| {
+                log.read(next, max_bytes, None)
+                    .map(|r| (r.batches, r.next_offset))
+            },
+            0,
+            end,
+        );
+        check(served, e, &format!("read, max_bytes {max_bytes}"));
+    }
+    let cache = felix_hot::ReadCache::new(1 << 20);
+    let (served, e) = read_until_error(
+        |next| {
+            log.read_shared(&cache, next, 1 << 20, None)
+                .map(|r| (r.batches.to_vec(), r.next_offset))
+        },
+        0,
+        end,
+    );
+    check(served, e, "read_shared");
+    // A read that starts inside the damaged batch is refused too: locating its batch starts
+    // from an indexed batch at or before it, whose base offset the index records.
+    let inside = victim.header.base_offset as u64 + 1;
+    assert!(matches!(
+        log.read(inside, 1 << 20, None),
+        Err(LogError::Corrupt { .. })
+    ));
+    assert!(matches!(log.verify(), Err(LogError::Corrupt { .. })));
+}
+
+#[tokio::test]
+async fn a_sealed_segment_cut_on_a_batch_boundary_is_corruption_not_a_shorter_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_segments(2048);
+    write_log(dir.path(), config.clone(), 40, |i| batch(i as u64, 3, 60)).await;
+    let files = segment_files(dir.path());
+    let damaged = files[1].clone();
+    let stored = stored_batches(&damaged);
+    let cut = stored[stored.len() / 2].position;
+    set_len(&damaged, cut);
+
+    // With its index: the index records the sealed size.
+    match ShardLog::open(dir.path(), config.clone()) {
+        Err(LogError::Corrupt {
+            segment, position, ..
+        }) => {
+            assert_eq!(segment, damaged);
+            assert_eq!(position, cut);
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // Without it: the next segment does not start where this one now ends.
+    std::fs::remove_file(index_path(&damaged)).unwrap();
+    match ShardLog::open(dir.path(), config) {
+        Err(LogError::Corrupt { segment, .. }) => assert_eq!(segment, files[2]),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}
