@@ -51,6 +51,7 @@ use tokio::sync::{Semaphore, mpsc, watch};
 use tracing::{info, warn};
 
 use crate::config::BrokerConfig;
+use crate::corruption;
 use crate::metrics::{Metrics, TenantAction, TenantReason};
 use crate::producers::{ProducerTable, SeqCheck};
 use crate::replication::{Lease, ReplState, Role};
@@ -112,6 +113,11 @@ fn cold_error(e: &ColdError) -> ErrorBody {
             body
         }
         ColdError::Log(e) => log_error(e),
+        ColdError::Segment { key, source } => corruption::detected(
+            corruption::Tier::Cold,
+            key,
+            &format!("object {key}: {source}"),
+        ),
         ColdError::Store(_) | ColdError::Fetch { .. } => err(
             codes::SHARD_UNAVAILABLE,
             "cold_tier_unavailable",
@@ -133,6 +139,11 @@ fn log_error(e: &LogError) -> ErrorBody {
             codes::OFFSET_OUT_OF_RANGE,
             "offset_out_of_range",
             e.to_string(),
+        ),
+        LogError::Corrupt { segment, .. } => corruption::detected(
+            corruption::Tier::Hot,
+            &segment.display().to_string(),
+            &e.to_string(),
         ),
         _ => err(codes::SHARD_UNAVAILABLE, "shard_unavailable", e.to_string()).retry_after(1000),
     }

@@ -6,6 +6,7 @@
 //! * [`server`] — the QUIC client protocol: connections, requests, subscription streams.
 //! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
 //! * [`metrics`] — the `felix_*` Prometheus metrics.
+//! * [`corruption`] — stored data that fails its checks: the error, the counter, the log.
 //! * [`producers`] — idempotent producers' sequences per shard.
 //! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
 
@@ -16,6 +17,7 @@
 pub mod admin;
 pub mod broker;
 pub mod config;
+pub mod corruption;
 pub mod kafka;
 pub mod metrics;
 pub mod producers;

@@ -243,6 +243,11 @@ impl Metrics {
             "PUT requests (and multipart parts) made to the object store",
             m.tier_store_puts.clone(),
         );
+        registry.register(
+            "felix_corruption_detected",
+            "Reads and opens refused because stored data failed its checks, by tier (hot, cold)",
+            crate::corruption::DETECTED.clone(),
+        );
         Metrics { registry, ..m }
     }
 

@@ -12,6 +12,7 @@ mod broker {
     mod bad_input;
     mod cluster;
     mod common;
+    mod corruption;
     mod durability;
     mod fanout;
     mod felixctl;

@@ -508,6 +508,10 @@ pub mod codes {
     /// This broker does not lead the shard; `leader`/`leader_addr` name the one that does,
     /// when known. A cluster client re-routes and retries.
     pub const NOT_LEADER: u16 = 23;
+    /// Stored data failed its checks (reason `corrupt_segment` for the local log,
+    /// `corrupt_object` for the object store); the message names the shard and the file or
+    /// object. Not retryable: the same read meets the same damage.
+    pub const CORRUPT_DATA: u16 = 24;
 }
 
 impl ErrorBody {

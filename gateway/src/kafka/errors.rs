@@ -14,6 +14,10 @@ pub fn kafka_error(e: &ErrorBody) -> ResponseError {
         | codes::UNKNOWN_SHARD => ResponseError::UnknownTopicOrPartition,
         codes::RECORD_TOO_LARGE | codes::FRAME_TOO_LARGE => ResponseError::MessageTooLarge,
         codes::BAD_REQUEST if e.reason == "invalid_batch" => ResponseError::CorruptMessage,
+        // Stored data failed its checks. librdkafka hands a fetch's CORRUPT_MESSAGE to the
+        // application as a consumer error (where KAFKA_STORAGE_ERROR would be retried
+        // silently, for ever).
+        codes::CORRUPT_DATA => ResponseError::CorruptMessage,
         codes::BAD_REQUEST => ResponseError::InvalidRequest,
         // Not applied; retry after `retry_after_ms` (sent as throttle_time_ms). librdkafka
         // and the Java client retry REQUEST_TIMED_OUT on produce, and an idempotent producer
@@ -67,6 +71,10 @@ mod tests {
         assert_eq!(
             kafka_error(&e(codes::SHARD_UNAVAILABLE, "cold_tier_unavailable")),
             ResponseError::KafkaStorageError
+        );
+        assert_eq!(
+            kafka_error(&e(codes::CORRUPT_DATA, "corrupt_segment")),
+            ResponseError::CorruptMessage
         );
         assert_eq!(
             kafka_error(&e(codes::OUT_OF_ORDER_SEQUENCE, "invalid_producer_epoch")),

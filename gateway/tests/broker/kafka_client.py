@@ -130,6 +130,30 @@ def consume(args):
     print(json.dumps(out))
 
 
+def consume_errors(args):
+    """Reads partition 0 from offset 0 until the first error the client reports to the
+    application (or the timeout): the records before it and the errors."""
+    consumer = Consumer({
+        "bootstrap.servers": args.bootstrap,
+        "group.id": "unused-assign-only",
+        "enable.auto.commit": False,
+        "max.partition.fetch.bytes": 16384,
+    })
+    consumer.assign([TopicPartition(args.topic, 0, 0)])
+    out, errors = [], []
+    deadline = time.time() + args.timeout
+    while not errors and time.time() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            continue
+        if msg.error():
+            errors.append(f"{msg.error().name()}: {msg.error().str()}")
+            continue
+        out.append(record(msg))
+    consumer.close()
+    print(json.dumps({"records": out, "errors": errors}))
+
+
 def group(args):
     """Two consumers of one group process `stop_at` records between them, committing each
     one synchronously before counting it; records seen after that are left uncommitted."""
@@ -214,6 +238,11 @@ def main():
     p.add_argument("count", type=int)
     p.add_argument("--timeout", type=float, default=60)
     p.set_defaults(run=consume)
+    p = sub.add_parser("consume-errors")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("--timeout", type=float, default=60)
+    p.set_defaults(run=consume_errors)
     p = sub.add_parser("group")
     p.add_argument("bootstrap")
     p.add_argument("topic")
