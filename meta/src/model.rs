@@ -286,8 +286,14 @@ pub struct SegmentEntry {
 }
 
 /// Why a command was refused. Stable and typed, so APIs can map each to a wire error.
+///
+/// Adjacently tagged (`{"error": "invalid", "detail": "..."}`): a refusal travels between
+/// brokers as JSON (a non-leader forwards a command and relays the answer), and serde cannot
+/// write a newtype variant such as `Invalid(String)` inside an internally tagged enum. That
+/// failure used to turn the refusal into an HTTP 500, which the client saw as a retryable
+/// `metadata_unavailable` for a request that can never succeed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
-#[serde(rename_all = "snake_case", tag = "error")]
+#[serde(rename_all = "snake_case", tag = "error", content = "detail")]
 pub enum CommandError {
     #[error("{kind} {name:?} already exists")]
     AlreadyExists { kind: String, name: String },

@@ -733,6 +733,54 @@ async fn a_broker_forwards_publishes_for_shards_it_does_not_lead() {
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert_eq!(lines.len(), 21, "{}\n{}", out.stdout, out.stderr);
     assert!(lines[20].contains("from-felixctl"), "{}", lines[20]);
+
+    refusals_keep_their_type_through_every_broker(&mut cluster).await;
+}
+
+/// A command the control plane refuses gets the same typed error through any broker: two
+/// of the three are not the Raft leader and relay its answer (a refusal that could not cross
+/// that hop used to come back as a retryable `metadata_unavailable`).
+async fn refusals_keep_their_type_through_every_broker(cluster: &mut Cluster) {
+    for id in 1..=3 {
+        let client = cluster.node(id).client().await;
+        let refused = |r: Result<(), ClientError>, code: u16, what: &str| match r {
+            Err(ClientError::Broker(e)) => {
+                assert_eq!(e.code, code, "broker {id}, {what}: {e:?}");
+                assert!(e.retry_after_ms.is_none(), "broker {id}, {what}: {e:?}");
+            }
+            other => panic!("broker {id}, {what}: expected code {code}, got {other:?}"),
+        };
+        let stream = |shards| StreamConfig {
+            durable: Some(true),
+            shards: Some(shards),
+            ..Default::default()
+        };
+        let bad_name = client
+            .create_stream("t", "ns", "bad%name", stream(1))
+            .await
+            .map(|_| ());
+        refused(bad_name, codes::INVALID_ARGUMENT, "a hostile name");
+        let no_shards = client
+            .create_stream("t", "ns", &format!("zero-{id}"), stream(0))
+            .await
+            .map(|_| ());
+        refused(no_shards, codes::INVALID_ARGUMENT, "zero shards");
+        let again = client
+            .create_stream("t", "ns", "fwd", stream(1))
+            .await
+            .map(|_| ());
+        refused(again, codes::ALREADY_EXISTS, "an existing stream");
+        refused(
+            client.create_tenant("t").await,
+            codes::ALREADY_EXISTS,
+            "an existing tenant",
+        );
+        refused(
+            client.create_namespace("nobody", "ns").await,
+            codes::UNKNOWN_TENANT,
+            "a namespace of an unknown tenant",
+        );
+    }
 }
 
 /// What a reader sees of a Quorum stream: only what a majority holds. With both followers

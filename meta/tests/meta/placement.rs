@@ -630,3 +630,40 @@ fn an_unplaced_shard_is_placed_as_create_would_have() {
         }]
     );
 }
+
+/// Every refusal survives the trip between brokers: a non-leader relays the leader's answer
+/// as JSON, and the client must get the same typed error the leader would have given.
+#[test]
+fn every_command_refusal_round_trips_as_json() {
+    let refusals = [
+        CommandError::AlreadyExists {
+            kind: "stream".into(),
+            name: "t/ns/s".into(),
+        },
+        CommandError::NotFound {
+            kind: "tenant".into(),
+            name: "t".into(),
+        },
+        CommandError::VersionConflict {
+            expected: 3,
+            actual: 4,
+        },
+        CommandError::NotEmpty {
+            kind: "namespace".into(),
+            name: "t/ns".into(),
+        },
+        CommandError::Invalid("stream name \"bad%name\" is not allowed".into()),
+        CommandError::StaleGeneration {
+            shard: "t/ns/s/0".into(),
+            given: 1,
+            current: 2,
+        },
+    ];
+    for refusal in refusals {
+        let result: felix_meta::types::CommandResult = Err(refusal.clone());
+        let json = serde_json::to_string(&result)
+            .unwrap_or_else(|e| panic!("{refusal:?} does not serialize: {e}"));
+        let back: felix_meta::types::CommandResult = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, Err(refusal), "{json}");
+    }
+}
