@@ -132,7 +132,7 @@ fn log_error(e: &LogError) -> ErrorBody {
     match e {
         LogError::InvalidBatch(w) => err(codes::BAD_REQUEST, "invalid_batch", w.to_string()),
         LogError::TrailingBytes { .. } => err(codes::BAD_REQUEST, "invalid_batch", e.to_string()),
-        LogError::BatchTooLarge { .. } => {
+        LogError::BatchTooLarge { .. } | LogError::DecompressesTooLarge { .. } => {
             err(codes::RECORD_TOO_LARGE, "record_too_large", e.to_string())
         }
         LogError::OffsetOutOfRange { .. } => err(

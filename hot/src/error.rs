@@ -1,5 +1,5 @@
 //! Errors of the log, split by what the caller should do: fix the input (`InvalidBatch`,
-//! `BatchTooLarge`), re-check its view of the log (`OffsetMismatch`, `StaleGeneration`,
+//! `BatchTooLarge`, `DecompressesTooLarge`), re-check its view of the log (`OffsetMismatch`, `StaleGeneration`,
 //! `OffsetOutOfRange`, `Truncate*`), or treat the shard as failed and alert an operator
 //! (`Corrupt`, `Failed`, `Io`). Bad input never changes the log.
 
@@ -20,6 +20,10 @@ pub enum LogError {
     /// The batch is larger than the log's `max_batch_bytes`. Nothing was written.
     #[error("batch of {size} bytes exceeds the limit of {max} bytes")]
     BatchTooLarge { size: usize, max: usize },
+    /// The batch is compressed and its records decompress to more than `max_batch_bytes`
+    /// (everything accepted must be readable and tierable uncompressed). Nothing was written.
+    #[error("a batch of {size} bytes decompresses to more than the limit of {max} bytes")]
+    DecompressesTooLarge { size: usize, max: usize },
     /// A conditional or follower append named an offset that is not the shard's next one.
     #[error("offset mismatch: the batch starts at {given}, the shard's next offset is {next}")]
     OffsetMismatch { given: u64, next: u64 },

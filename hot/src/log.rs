@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 
 use felix_wire::batch::{BATCH_HEADER_LEN, LOG_OVERHEAD};
 use felix_wire::batch::{stamp_base_offset, stamp_partition_leader_epoch};
-use felix_wire::{BatchHeader, WireError};
+use felix_wire::{BatchHeader, Compression, WireError};
 use parking_lot::{Condvar, Mutex, RwLock};
 use tokio::sync::{Notify, broadcast, oneshot, watch};
 
@@ -559,6 +559,24 @@ impl ShardLog {
             return Err(LogError::TrailingBytes {
                 extra: batch.len() - len,
             });
+        }
+        // What a batch becomes, not what it costs on the wire: a few KiB of zstd can hold
+        // hundreds of MiB of records, which could be acknowledged but never decoded by a
+        // reader or written to the object store. Followers take the leader's batches as
+        // they are (the leader checked them, and refusing one would stop replication).
+        if !matches!(placement, Placement::Follower)
+            && !matches!(header.compression(), Ok(Compression::None))
+        {
+            match felix_wire::record::decompressed_size(&batch, &header, max_batch) {
+                Ok(_) => {}
+                Err(WireError::DecompressedTooLarge { .. }) => {
+                    return Err(LogError::DecompressesTooLarge {
+                        size: batch.len(),
+                        max: max_batch,
+                    });
+                }
+                Err(e) => return Err(LogError::InvalidBatch(e)),
+            }
         }
         loop {
             let notified = shared.room.notified();

@@ -590,6 +590,56 @@ fn read_limited(
     Ok(out)
 }
 
+/// The size of a validated batch once its records are decompressed (its header included):
+/// what a reader must hold in memory to decode it and what tiering writes. Refuses with
+/// [`WireError::DecompressedTooLarge`] as soon as the records pass `limit` bytes, so a
+/// small compressed batch that expands without bound costs at most `limit` bytes of
+/// decompression work and no memory beyond the decoder's own buffers.
+pub fn decompressed_size(
+    batch: &[u8],
+    header: &BatchHeader,
+    limit: usize,
+) -> Result<usize, WireError> {
+    let total = header.total_len().min(batch.len());
+    let body = batch
+        .get(BATCH_HEADER_LEN..total)
+        .ok_or(WireError::Inconsistent("batch shorter than its header"))?;
+    let records = match header.compression()? {
+        Compression::None => body.len(),
+        Compression::Snappy => snappy_decompress(body, limit)?.len(),
+        Compression::Gzip => count_limited(flate2::read::MultiGzDecoder::new(body), "gzip", limit)?,
+        Compression::Lz4 => count_limited(lz4_flex::frame::FrameDecoder::new(body), "lz4", limit)?,
+        Compression::Zstd => {
+            let dec = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| {
+                WireError::Decompression {
+                    codec: "zstd",
+                    reason: e.to_string(),
+                }
+            })?;
+            count_limited(dec, "zstd", limit)?
+        }
+    };
+    if records > limit {
+        return Err(WireError::DecompressedTooLarge { limit });
+    }
+    Ok(BATCH_HEADER_LEN + records)
+}
+
+/// Bytes `reader` yields, reading at most `limit + 1` of them into a sink.
+fn count_limited(reader: impl Read, codec: &'static str, limit: usize) -> Result<usize, WireError> {
+    let cap = (limit as u64).saturating_add(1);
+    let n = std::io::copy(&mut reader.take(cap), &mut std::io::sink()).map_err(|e| {
+        WireError::Decompression {
+            codec,
+            reason: e.to_string(),
+        }
+    })?;
+    if n > limit as u64 {
+        return Err(WireError::DecompressedTooLarge { limit });
+    }
+    Ok(n as usize)
+}
+
 fn decompress(codec: Compression, input: &[u8], limit: usize) -> Result<Vec<u8>, WireError> {
     match codec {
         Compression::None => Ok(input.to_vec()),

@@ -267,6 +267,30 @@ async fn bad_input_gets_typed_errors_and_changes_nothing() {
         codes::RECORD_TOO_LARGE,
         "publish a batch holding a 200 KiB record",
     );
+    // What a batch becomes counts, not what it costs on the wire: 1 MiB of zeros compresses to
+    // well under the 64 KiB limit (snappy: ~50 KiB, zstd: ~100 bytes) and decompresses to 16x it.
+    for codec in [
+        Compression::Zstd,
+        Compression::Gzip,
+        Compression::Lz4,
+        Compression::Snappy,
+    ] {
+        let mut b = BatchBuilder::new(codec);
+        b.push(Record::value(1_700_000_000_000, vec![0u8; 1 << 20]));
+        let bomb = Bytes::from(b.build().expect("batch encodes"));
+        assert!(
+            bomb.len() < MAX_BATCH,
+            "{codec:?}: {} bytes on the wire",
+            bomb.len()
+        );
+        assert_broker_code(
+            client
+                .publish_raw(TENANT, NS, STREAM, 0, bomb, AckMode::Batch)
+                .await,
+            codes::RECORD_TOO_LARGE,
+            &format!("publish a {codec:?} batch that decompresses to 1 MiB"),
+        );
+    }
     assert_eq!(
         shard_ends(&client).await,
         before,
