@@ -315,6 +315,8 @@ pub struct Shard {
     stop_tasks: watch::Sender<bool>,
     /// Asks the retention task for a pass now.
     retention_now: Arc<tokio::sync::Notify>,
+    /// Which stream of its name this shard is of ([`felix_meta::model::Stream::incarnation`]).
+    incarnation: u64,
 }
 
 impl Shard {
@@ -750,6 +752,7 @@ impl Broker {
             tokio::spawn(watch_placements(Arc::downgrade(&broker)));
         }
         tokio::spawn(open_durable_shards(Arc::downgrade(&broker)));
+        tokio::spawn(watch_deletes(Arc::downgrade(&broker)));
         Ok(broker)
     }
 
@@ -1129,21 +1132,7 @@ impl Broker {
             name: name.to_owned(),
         })
         .await?;
-        let removed: Vec<Arc<Shard>> = {
-            let mut shards = self.shards.lock();
-            let keys: Vec<ShardKey> = shards
-                .keys()
-                .filter(|k| k.tenant == tenant && k.namespace == namespace && k.stream == name)
-                .cloned()
-                .collect();
-            keys.iter().filter_map(|k| shards.remove(k)).collect()
-        };
-        for s in &removed {
-            s.closed.store(true, Ordering::Release);
-            let _ = s.stop_tasks.send(true);
-            s.fanout.inner.lock().subscribers.clear();
-        }
-        drop(removed);
+        retire_stream(&mut self.shards.lock(), tenant, namespace, name);
         // The manifest is gone with the stream; its objects go too, in the background.
         let store = self.tier_store.clone();
         let cache = self.cold_cache.clone();
@@ -1295,6 +1284,11 @@ impl Broker {
         shard: u32,
     ) -> Result<(Arc<Shard>, StreamSettings), ErrorBody> {
         let (_, settings) = self.stream_settings(tenant, namespace, stream)?;
+        let incarnation = self
+            .registry
+            .borrow()
+            .stream(tenant, namespace, stream)
+            .map_or(0, |s| s.incarnation);
         if shard >= settings.shards {
             return Err(err(
                 codes::UNKNOWN_SHARD,
@@ -1312,8 +1306,12 @@ impl Broker {
             shard,
         };
         let mut shards = self.shards.lock();
-        if let Some(s) = shards.get(&key) {
-            return Ok((s.clone(), settings));
+        match shards.get(&key) {
+            Some(s) if s.incarnation == incarnation => return Ok((s.clone(), settings)),
+            // Still open here from a deleted stream of the same name (this broker has not
+            // acted on the delete yet): that stream is over, on every shard.
+            Some(_) => retire_stream(&mut shards, tenant, namespace, stream),
+            None => {}
         }
         let fanout = Arc::new(Fanout::default());
         let closed = Arc::new(AtomicBool::new(false));
@@ -1324,9 +1322,16 @@ impl Broker {
         // refreshes this copy (`refresh_manifest`).
         let manifest_state = self.meta.local(|s| ManifestState::of(s, &key));
         let log = if settings.durability == Durability::Durable {
-            let dir = self
-                .stream_dir(tenant, namespace, stream)
-                .join(shard.to_string());
+            let stream_dir = self.stream_dir(tenant, namespace, stream);
+            crate::stream_files::claim(&stream_dir, incarnation).map_err(|e| {
+                err(
+                    codes::SHARD_UNAVAILABLE,
+                    "shard_unavailable",
+                    format!("cannot prepare {}: {e}", stream_dir.display()),
+                )
+                .retry_after(1000)
+            })?;
+            let dir = stream_dir.join(shard.to_string());
             let log = ShardLog::open(
                 &dir,
                 LogConfig {
@@ -1393,6 +1398,7 @@ impl Broker {
             tier,
             stop_tasks,
             retention_now,
+            incarnation,
         });
         shards.insert(key.clone(), s.clone());
         drop(shards);
@@ -2431,12 +2437,85 @@ async fn probe_object_store(store: TierStore, metrics: Arc<Metrics>) {
     }
 }
 
+/// Closes every open shard of a stream (its tasks stop, its subscribers end) and forgets
+/// them; their files stay until the caller removes them.
+fn retire_stream(
+    shards: &mut HashMap<ShardKey, Arc<Shard>>,
+    tenant: &str,
+    namespace: &str,
+    name: &str,
+) {
+    let keys: Vec<ShardKey> = shards
+        .keys()
+        .filter(|k| k.tenant == tenant && k.namespace == namespace && k.stream == name)
+        .cloned()
+        .collect();
+    for s in keys.iter().filter_map(|k| shards.remove(k)) {
+        s.closed.store(true, Ordering::Release);
+        let _ = s.stop_tasks.send(true);
+        s.fanout.inner.lock().subscribers.clear();
+    }
+}
+
+/// Acts on deletes this broker did not handle itself (it is a follower of the stream, or
+/// the delete came through another broker or straight to the control plane): once a stream
+/// is gone from the registry, its open shards close and its files go. A stream created
+/// again under the same name meanwhile is another incarnation; [`Broker::local_shard`]
+/// retires the old shards when it opens the new one.
+async fn watch_deletes(broker: std::sync::Weak<Broker>) {
+    let mut registry = match broker.upgrade() {
+        Some(b) => b.registry.clone(),
+        None => return,
+    };
+    loop {
+        let reg = registry.borrow_and_update().clone();
+        {
+            let Some(b) = broker.upgrade() else { return };
+            let gone: BTreeSet<(String, String, String)> = b
+                .shards
+                .lock()
+                .keys()
+                .filter(|k| reg.stream(&k.tenant, &k.namespace, &k.stream).is_none())
+                .map(|k| (k.tenant.clone(), k.namespace.clone(), k.stream.clone()))
+                .collect();
+            for (t, n, s) in gone {
+                retire_stream(&mut b.shards.lock(), &t, &n, &s);
+                let dir = b.stream_dir(&t, &n, &s);
+                match std::fs::remove_dir_all(&dir) {
+                    Ok(()) => info!(
+                        stream = format!("{t}/{n}/{s}"),
+                        "removed a deleted stream's files"
+                    ),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        warn!(dir = %dir.display(), error = %e, "could not remove a deleted stream's files")
+                    }
+                }
+            }
+        }
+        if registry.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
 /// Opens every durable shard once the registry is loaded, so uploads and retention resume
-/// after a restart without waiting for a client to touch each stream.
+/// after a restart without waiting for a client to touch each stream. First removes the
+/// files of streams deleted while this broker was down or mid-delete: judged on a
+/// linearizable read, so a stream this broker has not heard of yet is never taken for one.
 async fn open_durable_shards(broker: std::sync::Weak<Broker>) {
     loop {
         let Some(b) = broker.upgrade() else { return };
         if b.meta.is_ready() {
+            match b.meta.read(crate::stream_files::LiveStreams::of).await {
+                Ok(live) => {
+                    let root = b.config.data_dir.join("streams");
+                    crate::stream_files::sweep(&root, &live);
+                }
+                Err(e) => {
+                    warn!(error = %e, "no linearizable read of the streams; deleted streams' files stay until the next start")
+                }
+            }
             let streams: Vec<(String, String, String)> = b
                 .registry
                 .borrow()

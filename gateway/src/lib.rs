@@ -6,6 +6,7 @@
 //! * [`server`] — the QUIC client protocol: connections, requests, subscription streams.
 //! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
 //! * [`metrics`] — the `felix_*` Prometheus metrics.
+//! * [`stream_files`] — which files on disk belong to which stream (incarnations).
 //! * [`corruption`] — stored data that fails its checks: the error, the counter, the log.
 //! * [`producers`] — idempotent producers' sequences per shard.
 //! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
@@ -23,4 +24,5 @@ pub mod metrics;
 pub mod producers;
 pub mod replication;
 pub mod server;
+pub mod stream_files;
 pub mod tls;

@@ -13,6 +13,7 @@ mod broker {
     mod cluster;
     mod common;
     mod corruption;
+    mod deletes;
     mod durability;
     mod fanout;
     mod felixctl;

@@ -168,6 +168,12 @@ pub struct Stream {
     pub settings: StreamSettings,
     /// Earlier versions' settings, oldest first (index 0 is version 1).
     pub history: Vec<StreamSettings>,
+    /// Which stream of this name it is: unique across every stream ever created, so a
+    /// stream deleted and created again under the same name is another stream, and files a
+    /// broker kept of the old one can never be taken for the new one's. 0 for streams
+    /// created before incarnations were recorded.
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 /// A registered broker.
@@ -508,6 +514,9 @@ pub struct MetaState {
     pub replication: BTreeMap<ShardKey, Replication>,
     pub next_producer_id: i64,
     pub features: BTreeMap<String, u32>,
+    /// Streams created so far: the last [`Stream::incarnation`] handed out.
+    #[serde(default)]
+    pub stream_incarnations: u64,
 }
 
 /// (De)serializes a map keyed by [`ShardKey`] as a list of `[key, value]` pairs: JSON map
@@ -650,6 +659,7 @@ impl MetaState {
                 if self.streams.contains_key(&key) {
                     return Err(exists("stream", key));
                 }
+                self.stream_incarnations += 1;
                 self.streams.insert(
                     key,
                     Stream {
@@ -659,6 +669,7 @@ impl MetaState {
                         version: 1,
                         settings: settings.clone(),
                         history: Vec::new(),
+                        incarnation: self.stream_incarnations,
                     },
                 );
                 self.place_new_shards(tenant, namespace, name, 0..settings.shards);
