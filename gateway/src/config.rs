@@ -37,6 +37,8 @@ pub mod defaults {
     pub const MAX_FRAME_BYTES: usize = 16 * MIB;
     pub const MAX_BATCH_BYTES: usize = 8 * MIB;
     pub const QUIC_IDLE_TIMEOUT_MS: u64 = 6000;
+    pub const MAX_CONNECTIONS: usize = 4096;
+    pub const MAX_INFLIGHT_REQUEST_BYTES: usize = 256 * MIB;
     pub const META_SNAPSHOT_LOGS: u64 = 5000;
     pub const SEGMENT_BYTES: u64 = 256 * MIB as u64;
     pub const SEGMENT_MS: u64 = 3_600_000;
@@ -144,6 +146,10 @@ pub struct BrokerConfig {
     pub max_batch_bytes: usize,
     /// A QUIC connection silent this long is closed.
     pub quic_idle_timeout_ms: u64,
+    /// Connections each listener (QUIC, Kafka) holds at once; more are refused.
+    pub max_connections: usize,
+    /// Bytes of Kafka requests being received or handled at once, over all connections.
+    pub max_inflight_request_bytes: usize,
     /// Snapshot the metadata Raft log every this many entries.
     pub meta_snapshot_logs: u64,
     /// Default segment size of new streams.
@@ -182,6 +188,8 @@ impl Default for BrokerConfig {
             max_frame_bytes: defaults::MAX_FRAME_BYTES,
             max_batch_bytes: defaults::MAX_BATCH_BYTES,
             quic_idle_timeout_ms: defaults::QUIC_IDLE_TIMEOUT_MS,
+            max_connections: defaults::MAX_CONNECTIONS,
+            max_inflight_request_bytes: defaults::MAX_INFLIGHT_REQUEST_BYTES,
             meta_snapshot_logs: defaults::META_SNAPSHOT_LOGS,
             segment_bytes: defaults::SEGMENT_BYTES,
             segment_ms: defaults::SEGMENT_MS,
@@ -279,6 +287,11 @@ const SETTINGS: &[(&str, &str)] = &[
     ("max_frame_bytes", "FELIX_MAX_FRAME_BYTES"),
     ("max_batch_bytes", "FELIX_MAX_BATCH_BYTES"),
     ("quic_idle_timeout_ms", "FELIX_QUIC_IDLE_TIMEOUT_MS"),
+    ("max_connections", "FELIX_MAX_CONNECTIONS"),
+    (
+        "max_inflight_request_bytes",
+        "FELIX_MAX_INFLIGHT_REQUEST_BYTES",
+    ),
     ("meta_snapshot_logs", "FELIX_META_SNAPSHOT_LOGS"),
     ("segment_bytes", "FELIX_SEGMENT_BYTES"),
     ("segment_ms", "FELIX_SEGMENT_MS"),
@@ -524,6 +537,17 @@ pub struct Args {
     #[arg(long, value_name = "MS")]
     pub quic_idle_timeout_ms: Option<u64>,
 
+    /// Connections each listener (QUIC and Kafka, counted apart) holds at once; a client
+    /// past it is refused at once. Env: FELIX_MAX_CONNECTIONS. Default: 4096.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+
+    /// Bytes of Kafka requests being received or handled at once, over all connections; a
+    /// request past it waits (its connection is not read meanwhile).
+    /// Env: FELIX_MAX_INFLIGHT_REQUEST_BYTES. Default: 268435456 (256 MiB).
+    #[arg(long, value_name = "BYTES")]
+    pub max_inflight_request_bytes: Option<usize>,
+
     /// Snapshot and compact the metadata Raft log every this many entries.
     /// Env: FELIX_META_SNAPSHOT_LOGS. Default: 5000.
     #[arg(long, value_name = "N")]
@@ -578,7 +602,8 @@ impl Args {
             subscriber_queue_max_bytes, subscriber_egress_max_bytes, hot_read_cache_bytes,
             pub_queue_depth,
             publish_queue_wait_timeout_ms, max_frame_bytes, max_batch_bytes,
-            quic_idle_timeout_ms, meta_snapshot_logs, segment_bytes, segment_ms,
+            quic_idle_timeout_ms, max_connections, max_inflight_request_bytes,
+            meta_snapshot_logs, segment_bytes, segment_ms,
             s3_endpoint, s3_region, s3_path_style, object_store_timeout_ms,
             object_store_max_retries, object_store_concurrency, cache_dir, cache_memory_bytes,
             cache_disk_bytes, cold_prefetch_row_groups, cold_decode_threads, tier_row_group_bytes,
@@ -629,6 +654,8 @@ impl Args {
             max_frame_bytes: env.parsed("FELIX_MAX_FRAME_BYTES")?,
             max_batch_bytes: env.parsed("FELIX_MAX_BATCH_BYTES")?,
             quic_idle_timeout_ms: env.parsed("FELIX_QUIC_IDLE_TIMEOUT_MS")?,
+            max_connections: env.parsed("FELIX_MAX_CONNECTIONS")?,
+            max_inflight_request_bytes: env.parsed("FELIX_MAX_INFLIGHT_REQUEST_BYTES")?,
             meta_snapshot_logs: env.parsed("FELIX_META_SNAPSHOT_LOGS")?,
             segment_bytes: env.parsed("FELIX_SEGMENT_BYTES")?,
             segment_ms: env.parsed("FELIX_SEGMENT_MS")?,
@@ -848,6 +875,10 @@ impl BrokerConfig {
             max_frame_bytes: layer.max_frame_bytes.unwrap_or(d.max_frame_bytes),
             max_batch_bytes: layer.max_batch_bytes.unwrap_or(d.max_batch_bytes),
             quic_idle_timeout_ms: layer.quic_idle_timeout_ms.unwrap_or(d.quic_idle_timeout_ms),
+            max_connections: layer.max_connections.unwrap_or(d.max_connections),
+            max_inflight_request_bytes: layer
+                .max_inflight_request_bytes
+                .unwrap_or(d.max_inflight_request_bytes),
             meta_snapshot_logs: layer.meta_snapshot_logs.unwrap_or(d.meta_snapshot_logs),
             segment_bytes: layer.segment_bytes.unwrap_or(d.segment_bytes),
             segment_ms: layer.segment_ms.unwrap_or(d.segment_ms),
@@ -955,6 +986,11 @@ impl BrokerConfig {
             ("max_frame_bytes", self.max_frame_bytes as u64),
             ("max_batch_bytes", self.max_batch_bytes as u64),
             ("quic_idle_timeout_ms", self.quic_idle_timeout_ms),
+            ("max_connections", self.max_connections as u64),
+            (
+                "max_inflight_request_bytes",
+                self.max_inflight_request_bytes as u64,
+            ),
             ("meta_snapshot_logs", self.meta_snapshot_logs),
             ("segment_bytes", self.segment_bytes),
             ("segment_ms", self.segment_ms),

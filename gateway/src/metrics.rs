@@ -16,6 +16,11 @@ pub struct TenantLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TenantReason {
     pub tenant: String,
     pub reason: String,
@@ -44,6 +49,12 @@ pub struct Metrics {
     pub quorum_timeouts: Counter,
     pub publishes_forwarded: Counter,
     pub frames_rejected: Counter,
+    /// Connections closed at accept because the listener held `max_connections`.
+    pub connections_refused: Family<ListenerLabel, Counter>,
+    /// Kafka request bytes being received or handled now.
+    pub kafka_inflight_request_bytes: Gauge,
+    /// Kafka connections closed because a request's bytes did not arrive in time.
+    pub kafka_slow_requests: Counter,
     pub tier_store_up: Gauge,
     pub tier_upload_backlog_segments: Gauge,
     pub tier_upload_backlog_bytes: Gauge,
@@ -84,6 +95,9 @@ impl Metrics {
             quorum_timeouts: Counter::default(),
             publishes_forwarded: Counter::default(),
             frames_rejected: Counter::default(),
+            connections_refused: Family::default(),
+            kafka_inflight_request_bytes: Gauge::default(),
+            kafka_slow_requests: Counter::default(),
             tier_store_up: Gauge::default(),
             tier_upload_backlog_segments: Gauge::default(),
             tier_upload_backlog_bytes: Gauge::default(),
@@ -242,6 +256,21 @@ impl Metrics {
             "felix_tier_store_put_requests",
             "PUT requests (and multipart parts) made to the object store",
             m.tier_store_puts.clone(),
+        );
+        registry.register(
+            "felix_connections_refused",
+            "Connections closed at accept because the listener held max_connections",
+            m.connections_refused.clone(),
+        );
+        registry.register(
+            "felix_kafka_inflight_request_bytes",
+            "Kafka request bytes being received or handled now (max_inflight_request_bytes)",
+            m.kafka_inflight_request_bytes.clone(),
+        );
+        registry.register(
+            "felix_kafka_slow_requests",
+            "Kafka connections closed because a request's bytes did not arrive within 30 s",
+            m.kafka_slow_requests.clone(),
         );
         registry.register(
             "felix_corruption_detected",

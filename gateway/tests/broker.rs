@@ -19,6 +19,7 @@ mod broker {
     mod felixctl;
     mod idempotence;
     mod kafka;
+    mod limits;
     mod ordering;
     mod tiering;
 }

@@ -5,7 +5,8 @@
 //! Decides what ends a connection: end of stream, a frame over `max_frame_bytes`, a request
 //! this listener does not serve or cannot decode (never a panic: see [`super::api`]), a
 //! response that cannot be written within [`WRITE_TIMEOUT`], [`super::IDLE_TIMEOUT`]
-//! without a request, or the broker stopping. Each is logged with the peer's address.
+//! without a request, a request whose bytes do not all arrive within [`REQUEST_TIMEOUT`],
+//! or the broker stopping. Each is logged with the peer's address.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use tracing::{debug, warn};
 
 use super::api::{self, Route};
@@ -31,20 +32,38 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 enum FrameError {
     #[error("request of {len} bytes exceeds the limit of {max} (max_frame_bytes)")]
     TooLarge { len: i64, max: usize },
+    #[error("a request of {len} bytes did not arrive within {REQUEST_TIMEOUT:?}")]
+    Slow { len: usize },
     #[error("read failed: {0}")]
     Io(#[from] std::io::Error),
 }
 
-/// Reads one length-prefixed frame; `None` at a clean end of stream.
-async fn read_frame<R: AsyncRead + Unpin>(
+/// One request's share of the broker's in-flight request bytes, held until its answer is
+/// written; the gauge follows it.
+struct InFlight {
+    _permit: OwnedSemaphorePermit,
+    bytes: i64,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.gauge.dec_by(self.bytes);
+    }
+}
+
+/// Waits for a request's length prefix (up to [`IDLE_TIMEOUT`]); `None` at a clean end of
+/// stream or when the connection was idle that long.
+async fn read_prefix<R: AsyncRead + Unpin>(
     reader: &mut R,
     max: usize,
-) -> Result<Option<Bytes>, FrameError> {
+) -> Result<Option<usize>, FrameError> {
     let mut len = [0u8; 4];
-    match reader.read_exact(&mut len).await {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e.into()),
+    match tokio::time::timeout(IDLE_TIMEOUT, reader.read_exact(&mut len)).await {
+        Err(_) => return Ok(None),
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Ok(Err(e)) => return Err(e.into()),
     }
     let len = i32::from_be_bytes(len);
     if len < 0 || len as usize > max {
@@ -53,10 +72,61 @@ async fn read_frame<R: AsyncRead + Unpin>(
             max,
         });
     }
-    let mut buf = BytesMut::zeroed(len as usize);
-    reader.read_exact(&mut buf).await?;
-    Ok(Some(buf.freeze()))
+    Ok(Some(len as usize))
 }
+
+/// Reads one length-prefixed request. Memory follows what the client has sent, not what
+/// its prefix declares: the body is taken only once the declared bytes fit the broker's
+/// in-flight budget, and read as it arrives, within [`REQUEST_TIMEOUT`] of its prefix (a
+/// client that declares 16 MiB and stalls is cut off instead of pinning a buffer).
+async fn read_frame<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    kafka: &Kafka,
+) -> Result<Option<(Bytes, InFlight)>, FrameError> {
+    let Some(len) = read_prefix(reader, kafka.settings.max_request_bytes).await? else {
+        return Ok(None);
+    };
+    let body = async {
+        let want = u32::try_from(len.min(kafka.settings.max_inflight_request_bytes))
+            .unwrap_or(u32::MAX)
+            .min(tokio::sync::Semaphore::MAX_PERMITS as u32);
+        let permit = kafka
+            .inflight
+            .clone()
+            .acquire_many_owned(want)
+            .await
+            .map_err(|_| FrameError::Io(std::io::ErrorKind::BrokenPipe.into()))?;
+        let gauge = kafka.broker.metrics().kafka_inflight_request_bytes.clone();
+        gauge.inc_by(len as i64);
+        let held = InFlight {
+            _permit: permit,
+            bytes: len as i64,
+            gauge,
+        };
+        let mut buf = BytesMut::with_capacity(len.min(READ_CHUNK));
+        while buf.len() < len {
+            let room = (len - buf.len()).min(READ_CHUNK);
+            buf.reserve(room);
+            let n = (&mut *reader).take(room as u64).read_buf(&mut buf).await?;
+            if n == 0 {
+                return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
+        Ok((buf.freeze(), held))
+    };
+    match tokio::time::timeout(REQUEST_TIMEOUT, body).await {
+        Ok(r) => r.map(Some),
+        Err(_) => {
+            kafka.broker.metrics().kafka_slow_requests.inc();
+            Err(FrameError::Slow { len })
+        }
+    }
+}
+
+/// A request's bytes must all arrive within this of its length prefix.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much of a request body is asked of the socket at a time.
+const READ_CHUNK: usize = 256 << 10;
 
 /// What a connection knows about its client.
 struct Session {
@@ -88,28 +158,25 @@ pub async fn serve(
         advertised,
         client_id: String::new(),
     };
-    let max = kafka.settings.max_request_bytes;
     loop {
         let frame = tokio::select! {
-            read = tokio::time::timeout(IDLE_TIMEOUT, read_frame(&mut reader, max)) => read,
+            read = read_frame(&mut reader, &kafka) => read,
             _ = shutdown.wait_for(|s| *s) => return,
         };
-        let frame = match frame {
-            Ok(Ok(Some(frame))) => frame,
-            Ok(Ok(None)) => {
-                debug!(%peer, "Kafka client closed the connection");
+        // Held until the answer is written: a request counts against the in-flight budget
+        // while it is handled too.
+        let (frame, _inflight) = match frame {
+            Ok(Some(frame)) => frame,
+            Ok(None) => {
+                debug!(%peer, "Kafka client closed the connection or was idle for {IDLE_TIMEOUT:?}");
                 return;
             }
-            Ok(Err(FrameError::Io(e))) => {
+            Err(FrameError::Io(e)) => {
                 debug!(%peer, error = %e, "Kafka connection failed");
                 return;
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 warn!(%peer, client = session.client_id, error = %e, "closing a Kafka connection");
-                return;
-            }
-            Err(_) => {
-                debug!(%peer, "closing an idle Kafka connection");
                 return;
             }
         };
@@ -259,23 +326,24 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn frames_are_read_whole_and_oversized_ones_refused() {
+    async fn length_prefixes_are_read_and_oversized_ones_refused() {
         let mut input: &[u8] = &[0, 0, 0, 3, 1, 2, 3, 0, 0, 0];
-        let frame = read_frame(&mut input, 16)
+        let len = read_prefix(&mut input, 16)
             .await
             .expect("read")
-            .expect("frame");
-        assert_eq!(&frame[..], &[1, 2, 3]);
+            .expect("prefix");
+        assert_eq!(len, 3);
+        let mut rest: &[u8] = &input[3..];
         // A length cut short by the end of the stream is a closed connection, not a frame.
-        assert!(read_frame(&mut input, 16).await.expect("eof").is_none());
+        assert!(read_prefix(&mut rest, 16).await.expect("eof").is_none());
         let mut big: &[u8] = &[0, 0, 1, 0];
         assert!(matches!(
-            read_frame(&mut big, 16).await,
+            read_prefix(&mut big, 16).await,
             Err(FrameError::TooLarge { len: 256, .. })
         ));
         let mut negative: &[u8] = &[0xff, 0xff, 0xff, 0xff];
         assert!(matches!(
-            read_frame(&mut negative, 16).await,
+            read_prefix(&mut negative, 16).await,
             Err(FrameError::TooLarge { .. })
         ));
     }

@@ -56,6 +56,10 @@ pub struct KafkaSettings {
     pub auto_create_topics: bool,
     /// Largest request accepted; a larger one closes the connection.
     pub max_request_bytes: usize,
+    /// Connections held at once; one past it is closed at accept.
+    pub max_connections: usize,
+    /// Request bytes being received or handled at once, over all connections.
+    pub max_inflight_request_bytes: usize,
 }
 
 impl KafkaSettings {
@@ -67,6 +71,8 @@ impl KafkaSettings {
             default_partitions: config.kafka_default_partitions,
             auto_create_topics: config.kafka_auto_create_topics,
             max_request_bytes: config.max_frame_bytes,
+            max_connections: config.max_connections,
+            max_inflight_request_bytes: config.max_inflight_request_bytes,
         }
     }
 }
@@ -76,6 +82,10 @@ pub(crate) struct Kafka {
     broker: Arc<Broker>,
     settings: KafkaSettings,
     groups: groups::GroupCoordinator,
+    /// One permit per request byte in flight ([`KafkaSettings::max_inflight_request_bytes`]).
+    inflight: Arc<tokio::sync::Semaphore>,
+    /// Connections open now.
+    connections: std::sync::atomic::AtomicUsize,
 }
 
 /// A bound Kafka listener, ready to serve.
@@ -104,6 +114,12 @@ impl KafkaListener {
         let kafka = Arc::new(Kafka {
             groups: groups::GroupCoordinator::new(offsets),
             broker,
+            inflight: Arc::new(tokio::sync::Semaphore::new(
+                settings
+                    .max_inflight_request_bytes
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
+            connections: std::sync::atomic::AtomicUsize::new(0),
             settings,
         });
         tokio::spawn(groups::expire_members(Arc::downgrade(&kafka)));
@@ -133,10 +149,28 @@ impl KafkaListener {
             };
             match accepted {
                 Ok((stream, peer)) => {
+                    use std::sync::atomic::Ordering;
+                    let open = self.kafka.connections.fetch_add(1, Ordering::AcqRel);
+                    if open >= self.kafka.settings.max_connections {
+                        self.kafka.connections.fetch_sub(1, Ordering::AcqRel);
+                        self.kafka
+                            .broker
+                            .metrics()
+                            .connections_refused
+                            .get_or_create(&crate::metrics::ListenerLabel {
+                                listener: "kafka".into(),
+                            })
+                            .inc();
+                        warn!(%peer, max_connections = self.kafka.settings.max_connections,
+                            "refusing a Kafka connection: the listener is at max_connections");
+                        drop(stream);
+                        continue;
+                    }
                     let kafka = self.kafka.clone();
                     let stop = for_connections.clone();
                     tokio::spawn(async move {
-                        connection::serve(stream, peer, kafka, stop).await;
+                        connection::serve(stream, peer, kafka.clone(), stop).await;
+                        kafka.connections.fetch_sub(1, Ordering::AcqRel);
                     });
                 }
                 Err(e) => {

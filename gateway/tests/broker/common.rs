@@ -135,6 +135,18 @@ impl Broker {
         self.root.join("data")
     }
 
+    /// The broker process's resident memory, from /proc.
+    pub fn rss_bytes(&self) -> u64 {
+        let pid = self.child.as_ref().map(Child::id).expect("broker running");
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("VmRSS")
+            * 1024
+    }
+
     pub fn log_path(&self) -> PathBuf {
         self.root.join("broker.log")
     }
