@@ -10,6 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::corruption::TierLabel;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TenantLabel {
     pub tenant: String,
@@ -55,6 +57,8 @@ pub struct Metrics {
     pub kafka_inflight_request_bytes: Gauge,
     /// Kafka connections closed because a request's bytes did not arrive in time.
     pub kafka_slow_requests: Counter,
+    /// Stored data that failed its checks, by tier ([`crate::corruption::DETECTED`]).
+    pub corruption_detected: Family<TierLabel, Counter>,
     pub tier_store_up: Gauge,
     pub tier_upload_backlog_segments: Gauge,
     pub tier_upload_backlog_bytes: Gauge,
@@ -98,6 +102,7 @@ impl Metrics {
             connections_refused: Family::default(),
             kafka_inflight_request_bytes: Gauge::default(),
             kafka_slow_requests: Counter::default(),
+            corruption_detected: crate::corruption::DETECTED.clone(),
             tier_store_up: Gauge::default(),
             tier_upload_backlog_segments: Gauge::default(),
             tier_upload_backlog_bytes: Gauge::default(),
@@ -275,7 +280,7 @@ impl Metrics {
         registry.register(
             "felix_corruption_detected",
             "Reads and opens refused because stored data failed its checks, by tier (hot, cold)",
-            crate::corruption::DETECTED.clone(),
+            m.corruption_detected.clone(),
         );
         Metrics { registry, ..m }
     }
