@@ -796,6 +796,11 @@ impl Broker {
     }
 
     /// The metrics this broker reports into.
+    /// Connections each listener holds at once (`max_connections`).
+    pub fn max_connections(&self) -> usize {
+        self.config.max_connections
+    }
+
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }

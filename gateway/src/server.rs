@@ -29,11 +29,33 @@ pub async fn serve_quic(
     broker: Arc<Broker>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    // Counted from the handshake on: a flood of handshakes is held to the cap too.
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     loop {
         tokio::select! {
             incoming = endpoint.accept() => match incoming {
                 Some(incoming) => {
-                    tokio::spawn(handle_connection(incoming, broker.clone()));
+                    if open.fetch_add(1, Ordering::AcqRel) >= broker.max_connections() {
+                        open.fetch_sub(1, Ordering::AcqRel);
+                        broker
+                            .metrics()
+                            .connections_refused
+                            .get_or_create(&crate::metrics::ListenerLabel {
+                                listener: "quic".into(),
+                            })
+                            .inc();
+                        tracing::warn!(peer = %incoming.remote_address(),
+                            max_connections = broker.max_connections(),
+                            "refusing a QUIC connection: the listener is at max_connections");
+                        incoming.refuse();
+                        continue;
+                    }
+                    let open = open.clone();
+                    let broker = broker.clone();
+                    tokio::spawn(async move {
+                        handle_connection(incoming, broker).await;
+                        open.fetch_sub(1, Ordering::AcqRel);
+                    });
                 }
                 None => return,
             },

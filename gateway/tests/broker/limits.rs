@@ -105,3 +105,44 @@ async fn stalled_large_kafka_requests_hold_at_most_the_inflight_budget() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quic_listener_past_max_connections_refuses_and_recovers() {
+    let broker = Broker::start(BrokerOptions::new().env("FELIX_MAX_CONNECTIONS", 3)).await;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(broker.client().await);
+    }
+    let config = || felix_client::ClientConfig {
+        request_timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let refused = felix_client::Client::connect(&broker.quic_addr.to_string(), config()).await;
+    assert!(
+        refused.is_err(),
+        "a fourth connection is refused: {:?}",
+        refused.map(|_| ())
+    );
+    let metrics = broker.metrics().await;
+    assert!(
+        metric_lines(&metrics, "felix_connections_refused_total")
+            .iter()
+            .any(|l| l.contains("listener=\"quic\"") && metric_value(l) >= 1.0),
+        "{metrics}"
+    );
+    // A place frees once a client leaves.
+    held.pop().unwrap().close().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match felix_client::Client::connect(&broker.quic_addr.to_string(), config()).await {
+            Ok(_) => break,
+            Err(e) => {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "no place after a client left: {e}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
