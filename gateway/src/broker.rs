@@ -632,6 +632,8 @@ pub struct Broker {
     /// The internal HTTP client to other brokers (replication fetches, forwarded
     /// publishes), one connection pool for both.
     peers: crate::replication::ReplClient,
+    /// The data volume's free space and the reserve durable publishes leave.
+    disk: Arc<crate::disk::DiskSpace>,
 }
 
 fn settings_to_config(s: &StreamSettings) -> StreamConfig {
@@ -720,7 +722,19 @@ impl Broker {
         tokio::spawn(probe_object_store(tier_store.clone(), metrics.clone()));
         let tier_observer: Arc<dyn TierObserver> =
             Arc::new(crate::metrics::TierMetrics::new(metrics.clone()));
+        let disk = crate::disk::DiskSpace::new(
+            &config.data_dir,
+            config.disk_reserve_bytes,
+            metrics.disk_free_bytes.clone(),
+        )
+        .map_err(|e| anyhow::anyhow!("free space of {}: {e}", config.data_dir.display()))?;
+        info!(
+            reserve_bytes = disk.reserve(),
+            "data volume reserve for the control plane"
+        );
+        tokio::spawn(disk.clone().run());
         let broker = Arc::new(Broker {
+            disk,
             config: config.clone(),
             queues: TenantQueues::new(config.pub_queue_depth),
             meta,
@@ -1320,6 +1334,7 @@ impl Broker {
         }
         let fanout = Arc::new(Fanout::default());
         let closed = Arc::new(AtomicBool::new(false));
+        let (stop_tasks, stop_rx) = watch::channel(false);
         let mut producers = ProducerTable::default();
         let repl = (self.cluster && settings.durability == Durability::Durable)
             .then(|| Arc::new(ReplState::new(0)));
@@ -1362,20 +1377,24 @@ impl Broker {
             };
             fanout.inner.lock().cursor = *visible.borrow();
             producers = ProducerTable::rebuild(&log).map_err(|e| log_error(&e))?;
-            tokio::spawn(snapshot_producers_at_seal(log.clone(), closed.clone()));
+            tokio::spawn(snapshot_producers_at_seal(
+                log.clone(),
+                closed.clone(),
+                stop_rx.clone(),
+            ));
             tokio::spawn(follow_log(
                 log.clone(),
                 visible,
                 fanout.clone(),
                 closed.clone(),
                 self.metrics.clone(),
+                stop_rx.clone(),
             ));
             info!(shard = %key, next_offset = log.next_offset(), "opened durable shard");
             Some(log)
         } else {
             None
         };
-        let (stop_tasks, stop_rx) = watch::channel(false);
         let retention_now = Arc::new(tokio::sync::Notify::new());
         let tier = log.as_ref().map(|log| {
             let manifest = Arc::new(Manifest::new(manifest_state));
@@ -1690,6 +1709,8 @@ impl Broker {
         ack: AckMode,
         quorum: bool,
     ) -> Result<(u64, u64), ErrorBody> {
+        let bytes: usize = batches.iter().map(|(_, b)| b.len()).sum();
+        self.disk.check(bytes as u64)?;
         let mut tickets = Vec::with_capacity(batches.len());
         let mut duplicate_range: Option<(u64, u64)> = None;
         {
@@ -2663,6 +2684,7 @@ async fn follow_log(
     fanout: Arc<Fanout>,
     closed: Arc<AtomicBool>,
     metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
 ) {
     let mut pending: VecDeque<LiveBatch> = VecDeque::new();
     loop {
@@ -2671,8 +2693,12 @@ async fn follow_log(
         }
         let cursor = fanout.inner.lock().cursor;
         if *committed.borrow() <= cursor {
-            if committed.changed().await.is_err() {
-                return;
+            // Waiting on the shard's own watch alone would keep this task, and the log
+            // with its open files, alive after the shard is retired: the watch's sender
+            // lives as long as the log does.
+            tokio::select! {
+                changed = committed.changed() => if changed.is_err() { return },
+                _ = stop.wait_for(|s| *s) => return,
             }
             continue;
         }
@@ -2709,10 +2735,19 @@ async fn follow_log(
 }
 
 /// Keeps the shard's idempotent-producer snapshot in step with sealed segments.
-async fn snapshot_producers_at_seal(log: ShardLog, closed: Arc<AtomicBool>) {
+async fn snapshot_producers_at_seal(
+    log: ShardLog,
+    closed: Arc<AtomicBool>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut sealed = log.subscribe_sealed();
     loop {
-        let up_to = match sealed.recv().await {
+        // As in `follow_log`: the stop signal, not the log's channel, ends this task.
+        let next = tokio::select! {
+            next = sealed.recv() => next,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        let up_to = match next {
             Ok(seg) => seg.last_offset + 1,
             // Missed notifications: catch up to the newest sealed segment.
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {

@@ -39,6 +39,8 @@ pub mod defaults {
     pub const QUIC_IDLE_TIMEOUT_MS: u64 = 6000;
     pub const MAX_CONNECTIONS: usize = 4096;
     pub const MAX_INFLIGHT_REQUEST_BYTES: usize = 256 * MIB;
+    /// 0: automatic, 2% of the data volume and at most 1 GiB.
+    pub const DISK_RESERVE_BYTES: u64 = 0;
     pub const META_SNAPSHOT_LOGS: u64 = 5000;
     pub const SEGMENT_BYTES: u64 = 256 * MIB as u64;
     pub const SEGMENT_MS: u64 = 3_600_000;
@@ -150,6 +152,8 @@ pub struct BrokerConfig {
     pub max_connections: usize,
     /// Bytes of Kafka requests being received or handled at once, over all connections.
     pub max_inflight_request_bytes: usize,
+    /// Free bytes of the data volume that publishes leave for the control plane (0: auto).
+    pub disk_reserve_bytes: u64,
     /// Snapshot the metadata Raft log every this many entries.
     pub meta_snapshot_logs: u64,
     /// Default segment size of new streams.
@@ -190,6 +194,7 @@ impl Default for BrokerConfig {
             quic_idle_timeout_ms: defaults::QUIC_IDLE_TIMEOUT_MS,
             max_connections: defaults::MAX_CONNECTIONS,
             max_inflight_request_bytes: defaults::MAX_INFLIGHT_REQUEST_BYTES,
+            disk_reserve_bytes: defaults::DISK_RESERVE_BYTES,
             meta_snapshot_logs: defaults::META_SNAPSHOT_LOGS,
             segment_bytes: defaults::SEGMENT_BYTES,
             segment_ms: defaults::SEGMENT_MS,
@@ -292,6 +297,7 @@ const SETTINGS: &[(&str, &str)] = &[
         "max_inflight_request_bytes",
         "FELIX_MAX_INFLIGHT_REQUEST_BYTES",
     ),
+    ("disk_reserve_bytes", "FELIX_DISK_RESERVE_BYTES"),
     ("meta_snapshot_logs", "FELIX_META_SNAPSHOT_LOGS"),
     ("segment_bytes", "FELIX_SEGMENT_BYTES"),
     ("segment_ms", "FELIX_SEGMENT_MS"),
@@ -548,6 +554,12 @@ pub struct Args {
     #[arg(long, value_name = "BYTES")]
     pub max_inflight_request_bytes: Option<usize>,
 
+    /// Free bytes of the data volume that durable publishes leave for the control plane;
+    /// a publish that would go below it is refused with `disk_full` until space is freed.
+    /// 0: 2% of the volume, at most 1 GiB. Env: FELIX_DISK_RESERVE_BYTES. Default: 0.
+    #[arg(long, value_name = "BYTES")]
+    pub disk_reserve_bytes: Option<u64>,
+
     /// Snapshot and compact the metadata Raft log every this many entries.
     /// Env: FELIX_META_SNAPSHOT_LOGS. Default: 5000.
     #[arg(long, value_name = "N")]
@@ -602,7 +614,7 @@ impl Args {
             subscriber_queue_max_bytes, subscriber_egress_max_bytes, hot_read_cache_bytes,
             pub_queue_depth,
             publish_queue_wait_timeout_ms, max_frame_bytes, max_batch_bytes,
-            quic_idle_timeout_ms, max_connections, max_inflight_request_bytes,
+            quic_idle_timeout_ms, max_connections, max_inflight_request_bytes, disk_reserve_bytes,
             meta_snapshot_logs, segment_bytes, segment_ms,
             s3_endpoint, s3_region, s3_path_style, object_store_timeout_ms,
             object_store_max_retries, object_store_concurrency, cache_dir, cache_memory_bytes,
@@ -656,6 +668,7 @@ impl Args {
             quic_idle_timeout_ms: env.parsed("FELIX_QUIC_IDLE_TIMEOUT_MS")?,
             max_connections: env.parsed("FELIX_MAX_CONNECTIONS")?,
             max_inflight_request_bytes: env.parsed("FELIX_MAX_INFLIGHT_REQUEST_BYTES")?,
+            disk_reserve_bytes: env.parsed("FELIX_DISK_RESERVE_BYTES")?,
             meta_snapshot_logs: env.parsed("FELIX_META_SNAPSHOT_LOGS")?,
             segment_bytes: env.parsed("FELIX_SEGMENT_BYTES")?,
             segment_ms: env.parsed("FELIX_SEGMENT_MS")?,
@@ -879,6 +892,7 @@ impl BrokerConfig {
             max_inflight_request_bytes: layer
                 .max_inflight_request_bytes
                 .unwrap_or(d.max_inflight_request_bytes),
+            disk_reserve_bytes: layer.disk_reserve_bytes.unwrap_or(d.disk_reserve_bytes),
             meta_snapshot_logs: layer.meta_snapshot_logs.unwrap_or(d.meta_snapshot_logs),
             segment_bytes: layer.segment_bytes.unwrap_or(d.segment_bytes),
             segment_ms: layer.segment_ms.unwrap_or(d.segment_ms),

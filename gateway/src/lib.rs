@@ -7,6 +7,7 @@
 //! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
 //! * [`metrics`] — the `felix_*` Prometheus metrics.
 //! * [`stream_files`] — which files on disk belong to which stream (incarnations).
+//! * [`disk`] — the data volume's free space and the reserve publishes leave for the control plane.
 //! * [`corruption`] — stored data that fails its checks: the error, the counter, the log.
 //! * [`producers`] — idempotent producers' sequences per shard.
 //! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
@@ -19,6 +20,7 @@ pub mod admin;
 pub mod broker;
 pub mod config;
 pub mod corruption;
+pub mod disk;
 pub mod kafka;
 pub mod metrics;
 pub mod producers;

@@ -57,6 +57,8 @@ pub struct Metrics {
     pub kafka_inflight_request_bytes: Gauge,
     /// Kafka connections closed because a request's bytes did not arrive in time.
     pub kafka_slow_requests: Counter,
+    /// Free bytes of the data volume, sampled every 250 ms.
+    pub disk_free_bytes: Gauge,
     /// Stored data that failed its checks, by tier ([`crate::corruption::DETECTED`]).
     pub corruption_detected: Family<TierLabel, Counter>,
     pub tier_store_up: Gauge,
@@ -102,6 +104,7 @@ impl Metrics {
             connections_refused: Family::default(),
             kafka_inflight_request_bytes: Gauge::default(),
             kafka_slow_requests: Counter::default(),
+            disk_free_bytes: Gauge::default(),
             corruption_detected: crate::corruption::DETECTED.clone(),
             tier_store_up: Gauge::default(),
             tier_upload_backlog_segments: Gauge::default(),
@@ -276,6 +279,11 @@ impl Metrics {
             "felix_kafka_slow_requests",
             "Kafka connections closed because a request's bytes did not arrive within 30 s",
             m.kafka_slow_requests.clone(),
+        );
+        registry.register(
+            "felix_disk_free_bytes",
+            "Free bytes of the data volume (publishes stop at disk_reserve_bytes)",
+            m.disk_free_bytes.clone(),
         );
         registry.register(
             "felix_corruption_detected",

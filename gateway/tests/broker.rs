@@ -14,6 +14,7 @@ mod broker {
     mod common;
     mod corruption;
     mod deletes;
+    mod disk;
     mod durability;
     mod fanout;
     mod felixctl;

@@ -22,6 +22,8 @@ pub fn kafka_error(e: &ErrorBody) -> ResponseError {
         // Not applied; retry after `retry_after_ms` (sent as throttle_time_ms). librdkafka
         // and the Java client retry REQUEST_TIMED_OUT on produce, and an idempotent producer
         // keeps its sequence.
+        // The broker's disk is down to its reserve: retriable, and a storage problem.
+        codes::OVERLOADED if e.reason == "disk_full" => ResponseError::KafkaStorageError,
         codes::OVERLOADED => ResponseError::RequestTimedOut,
         codes::OFFSET_OUT_OF_RANGE | codes::OFFSET_TOO_OLD => ResponseError::OffsetOutOfRange,
         codes::SHARD_UNAVAILABLE if e.reason == "cold_tier_unavailable" => {
