@@ -14,6 +14,14 @@
 //!
 //! Rebuilt batches are uncompressed: records, offsets, timestamps and producer fields are the
 //! originals, the batch bytes differ wherever the original was compressed.
+//!
+//! Because a rebuilt batch gets a fresh CRC, the batch CRCs can not catch an object whose
+//! bytes rotted in a way Parquet and zstd still decode. So each row group carries a content
+//! digest (`felix.row_group_digests`): a CRC32C over a canonical encoding of what the rebuild
+//! reproduces exactly (see [`OpenBatch::digest_trailer`] and [`digest_record_prefix`]),
+//! computed from the pushed batches when writing and from the rebuilt rows when reading.
+//! A row group whose rebuilt content does not match is refused before any batch of it is
+//! returned or cached.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -28,6 +36,7 @@ use arrow::buffer::{OffsetBuffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::error::ArrowError;
 use bytes::{Buf, Bytes};
+use crc32c::crc32c_append;
 use felix_wire::batch::{BATCH_HEADER_LEN, LOG_OVERHEAD, MAGIC_V2};
 use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
 use felix_wire::{BatchHeader, DecodedBatch, WireError};
@@ -74,6 +83,7 @@ const KEY_LAST: &str = "felix.last_offset";
 const KEY_RECORDS: &str = "felix.records";
 const KEY_BATCHES: &str = "felix.batches";
 const KEY_EMPTY_BATCHES: &str = "felix.empty_batches";
+const KEY_ROW_GROUP_DIGESTS: &str = "felix.row_group_digests";
 
 // Column positions in the Arrow schema (see `arrow_schema`).
 const COL_OFFSET: usize = 0;
@@ -409,7 +419,99 @@ pub struct SegmentEncoder<W> {
     min_timestamp: i64,
     max_timestamp: i64,
     empty_batches: Vec<EmptyBatch>,
+    digests: RowGroupDigests,
     failed: bool,
+}
+
+/// The content digests of the row groups written so far (see the module documentation).
+#[derive(Default)]
+struct RowGroupDigests {
+    /// Of the row groups that are complete: all their batches, empty ones included, are in.
+    done: Vec<u32>,
+    /// Of the row group the last batches went into.
+    current: u32,
+    /// The writer closed the row group `current` belongs to: the next batch with records
+    /// starts a new one. (A batch without records has no rows; it joins the row group before
+    /// it, as the reader rebuilds it, see `decode_row_group`.)
+    cut: bool,
+    /// A record's canonical body, reused.
+    scratch: Vec<u8>,
+}
+
+impl RowGroupDigests {
+    fn push_batch(&mut self, batch: &DecodedBatch) -> Result<(), SegmentError> {
+        if !batch.records.is_empty() && self.cut {
+            self.done.push(std::mem::take(&mut self.current));
+            self.cut = false;
+        }
+        let h = &batch.header;
+        let mut crc = self.current;
+        for r in &batch.records {
+            crc = crc32c_append(crc, &digest_record_prefix(r.offset, r.timestamp));
+            self.scratch.clear();
+            put_nullable(&mut self.scratch, r.key.as_deref())?;
+            put_nullable(&mut self.scratch, r.value.as_deref())?;
+            put_varlong(&mut self.scratch, r.headers.len() as i64);
+            for hd in &r.headers {
+                put_nullable(&mut self.scratch, Some(hd.key.as_bytes()))?;
+                put_nullable(&mut self.scratch, hd.value.as_deref())?;
+            }
+            crc = crc32c_append(crc, &self.scratch);
+        }
+        let count = i32::try_from(batch.records.len())
+            .map_err(|_| SegmentError::InvalidArgument("batch with too many records".into()))?;
+        let b = OpenBatch {
+            start: 0,
+            base_offset: h.base_offset,
+            attributes: h.attributes & !ATTR_COMPRESSION_MASK,
+            generation: h.partition_leader_epoch,
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+            base_sequence: h.base_sequence,
+            base_timestamp: h.base_timestamp,
+            max_timestamp: h.max_timestamp,
+            count,
+            last_record: h.base_offset,
+        };
+        self.current = b.digest_trailer(crc, h.last_offset());
+        Ok(())
+    }
+
+    /// The writer has closed `flushed` row groups.
+    fn flushed(&mut self, flushed: usize) {
+        if flushed > self.done.len() {
+            self.cut = true;
+        }
+    }
+
+    /// All digests, once the last batch is in; `row_groups` is how many the object has.
+    fn finish(mut self, row_groups: usize) -> Result<String, SegmentError> {
+        self.done.push(self.current);
+        if self.done.len() != row_groups {
+            return Err(SegmentError::InvalidArgument(format!(
+                "a bug: {} row group digests for {row_groups} row groups",
+                self.done.len()
+            )));
+        }
+        Ok(self
+            .done
+            .iter()
+            .map(|d| format!("{d:08x}"))
+            .collect::<Vec<_>>()
+            .join(","))
+    }
+}
+
+/// The first bytes of a record's canonical encoding in a content digest: a tag, its offset
+/// and its timestamp (big-endian). The rest is the record's key, value and headers as
+/// RecordBatch v2 encodes them (zig-zag varint lengths, -1 for null; a header count, then
+/// each header's key and value), which is also what the rebuild writes.
+fn digest_record_prefix(offset: i64, timestamp: i64) -> [u8; 17] {
+    let mut p = [0u8; 17];
+    p[0] = b'R';
+    p[1..9].copy_from_slice(&offset.to_be_bytes());
+    p[9..17].copy_from_slice(&timestamp.to_be_bytes());
+    p
 }
 
 impl<W: AsyncFileWriter> SegmentEncoder<W> {
@@ -429,6 +531,7 @@ impl<W: AsyncFileWriter> SegmentEncoder<W> {
             min_timestamp: i64::MAX,
             max_timestamp: i64::MIN,
             empty_batches: Vec::new(),
+            digests: RowGroupDigests::default(),
             failed: false,
         })
     }
@@ -456,12 +559,13 @@ impl<W: AsyncFileWriter> SegmentEncoder<W> {
             }))?;
             let batch = DecodedBatch::decode(bytes, DEFAULT_MAX_DECOMPRESSED).map_err(wire)?;
             self.check_offsets(&batch, position)?;
-            self.note_batch(&batch);
+            self.note_batch(&batch)?;
             position += total;
             self.bytes_since_flush += total;
             if self.bytes_since_flush >= self.row_group_bytes {
                 self.write_pending().await?;
                 self.writer.flush().await?;
+                self.digests.flushed(self.writer.flushed_row_groups().len());
                 self.bytes_since_flush = 0;
             } else if self.pending.bytes >= ARROW_CHUNK_BYTES {
                 self.write_pending().await?;
@@ -495,7 +599,7 @@ impl<W: AsyncFileWriter> SegmentEncoder<W> {
         Ok(())
     }
 
-    fn note_batch(&mut self, batch: &DecodedBatch) {
+    fn note_batch(&mut self, batch: &DecodedBatch) -> Result<(), SegmentError> {
         let h = &batch.header;
         let base = h.base_offset as u64;
         let last = h.last_offset() as u64;
@@ -521,6 +625,7 @@ impl<W: AsyncFileWriter> SegmentEncoder<W> {
             });
         }
         self.pending.push_batch(batch);
+        self.digests.push_batch(batch)
     }
 
     async fn write_pending(&mut self) -> Result<(), SegmentError> {
@@ -564,6 +669,11 @@ impl<W: AsyncFileWriter> SegmentEncoder<W> {
             self.writer
                 .append_key_value_metadata(kv(KEY_EMPTY_BATCHES, json));
         }
+        let row_groups = self.writer.flushed_row_groups().len()
+            + usize::from(self.writer.in_progress_rows() > 0);
+        let digests = std::mem::take(&mut self.digests).finish(row_groups)?;
+        self.writer
+            .append_key_value_metadata(kv(KEY_ROW_GROUP_DIGESTS, digests));
         let meta = self.writer.finish().await?;
         let summary = SegmentSummary {
             base_offset,
@@ -602,6 +712,10 @@ pub struct RowGroupInfo {
     pub rows: u64,
     /// In the file: from the first column chunk's start to the last one's end.
     pub byte_range: Range<u64>,
+    /// The CRC32C of the row group's canonical content (`felix.row_group_digests`), which
+    /// [`decode_row_group`] checks the rebuilt batches against. `None` in objects written
+    /// before the digests existed: for those only the structure and offsets are checked.
+    pub content_digest: Option<u32>,
 }
 
 /// The parsed footer of an object: everything needed to pick and fetch row groups.
@@ -730,7 +844,12 @@ fn read_footer(metadata: ParquetMetaData, file_len: u64) -> Result<ObjectFooter,
             metadata.schema().fields()
         )));
     }
-    let row_groups = row_group_infos(metadata.metadata(), base_offset, last_offset, file_len)?;
+    let mut row_groups = row_group_infos(metadata.metadata(), base_offset, last_offset, file_len)?;
+    if let Some(digests) = row_group_digests(&kv, row_groups.len())? {
+        for (rg, digest) in row_groups.iter_mut().zip(digests) {
+            rg.content_digest = Some(digest);
+        }
+    }
     let rows: u64 = row_groups.iter().map(|rg| rg.rows).sum();
     if rows != records {
         return Err(bad(format!(
@@ -762,6 +881,31 @@ fn read_footer(metadata: ParquetMetaData, file_len: u64) -> Result<ObjectFooter,
         metadata,
         empty_batches,
     })
+}
+
+/// The content digest of each row group; `None` for an object written without them.
+fn row_group_digests(kv: &FooterKv, row_groups: usize) -> Result<Option<Vec<u32>>, SegmentError> {
+    let Some(text) = kv.0.get(KEY_ROW_GROUP_DIGESTS) else {
+        return Ok(None);
+    };
+    let digests = text
+        .split(',')
+        .map(|d| {
+            (d.len() == 8)
+                .then(|| u32::from_str_radix(d, 16).ok())
+                .flatten()
+                .ok_or_else(|| {
+                    SegmentError::Corrupt(format!("{KEY_ROW_GROUP_DIGESTS}: {d:?} is not a digest"))
+                })
+        })
+        .collect::<Result<Vec<u32>, _>>()?;
+    if digests.len() != row_groups {
+        return Err(SegmentError::Corrupt(format!(
+            "{KEY_ROW_GROUP_DIGESTS} has {} digests for {row_groups} row groups",
+            digests.len()
+        )));
+    }
+    Ok(Some(digests))
 }
 
 fn empty_batches(kv: &FooterKv, base: u64, last: u64) -> Result<Vec<EmptyBatch>, SegmentError> {
@@ -840,6 +984,7 @@ fn row_group_infos(
             rows,
             byte_range: byte_range(rg, file_len)
                 .ok_or_else(|| what("column chunks outside the file"))?,
+            content_digest: None,
         });
     }
     if infos.is_empty() {
@@ -896,18 +1041,18 @@ pub struct DecodedRowGroup {
 
 impl DecodedRowGroup {
     /// Indexes batches decoded earlier (the cache keeps only the bytes). Checks that every
-    /// batch header parses, lies inside the buffer and follows the one before it in offset
-    /// order; the CRCs were checked when the batches were rebuilt, and the cache's own
-    /// checksum covers the bytes since.
+    /// batch is valid, CRC included (the disk tier can rot too, and these bytes are served
+    /// as they are), lies inside the buffer and follows the one before it in offset order.
+    /// The batches' content was checked against the row group's digest when they were
+    /// rebuilt; their CRCs, sealed then, cover them since.
     pub fn from_batches(batches: Bytes) -> Result<DecodedRowGroup, SegmentError> {
         let mut index = Vec::new();
         let mut at = 0usize;
         let mut expect: Option<u64> = None;
         while at < batches.len() {
             let rest = &batches[at..];
-            let header = BatchHeader::parse(rest)
+            let (header, len) = BatchHeader::validate(rest, usize::MAX)
                 .map_err(|e| corrupt(&format!("cached batch at byte {at}"), e))?;
-            let len = header.total_len();
             let first = u64::try_from(header.base_offset).ok();
             let (Some(first), true) = (first, len <= rest.len()) else {
                 return Err(SegmentError::Corrupt(format!(
@@ -981,19 +1126,51 @@ pub fn decode_row_group(
         .total_byte_size()
         .clamp(0, MAX_REBUILD_RESERVE as i64) as usize;
     let mut rebuild = Rebuild::new(rg, empties.collect(), capacity);
-    let mut rows = 0u64;
-    for columns in reader {
-        let columns = columns.map_err(|e| corrupt(&format!("row group {i}"), e))?;
-        rows += columns.num_rows() as u64;
-        rebuild.rows(&Columns::of(&columns)?)?;
-    }
+    rebuild.digest = rg.content_digest.map(|_| 0);
+    // The Parquet and Arrow readers can panic on some damaged bytes (a flipped bit in a
+    // page's definition levels has made arrow-buffer index out of bounds) instead of
+    // returning an error; that is corruption too, and must not take the caller down.
+    let read = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut rows = 0u64;
+        for columns in reader {
+            let columns = columns.map_err(|e| corrupt(&format!("row group {i}"), e))?;
+            rows += columns.num_rows() as u64;
+            rebuild.rows(&Columns::of(&columns)?)?;
+        }
+        Ok::<u64, SegmentError>(rows)
+    }));
+    let rows = match read {
+        Ok(rows) => rows?,
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            return Err(SegmentError::Corrupt(format!(
+                "row group {i}: the Parquet reader failed on its bytes: {why}"
+            )));
+        }
+    };
     if rows != rg.rows {
         return Err(SegmentError::Corrupt(format!(
             "row group {i}: {rows} rows read, the footer says {}",
             rg.rows
         )));
     }
-    rebuild.finish()
+    let (decoded, digest) = rebuild.finish()?;
+    // The rebuild has checked that the batches tile exactly first_offset..=last_offset.
+    debug_assert!(decoded.covers(rg.first_offset, rg.last_offset));
+    if let (Some(want), Some(got)) = (rg.content_digest, digest)
+        && want != got
+    {
+        return Err(SegmentError::Corrupt(format!(
+            "row group {i} (offsets {}..={}): content digest mismatch \
+             (the footer has {want:08x}, the rebuilt batches {got:08x})",
+            rg.first_offset, rg.last_offset
+        )));
+    }
+    Ok(decoded)
 }
 
 /// One row group's bytes, served as if they were the whole object: a read outside them is
@@ -1123,6 +1300,37 @@ struct OpenBatch {
     last_record: i64,
 }
 
+impl OpenBatch {
+    /// Adds the end of the batch's canonical encoding to a content digest: a tag (`B`, or
+    /// `E` for a batch without records), then big-endian base offset, last offset (`last`),
+    /// attributes without the codec bits, generation, producer ID, producer epoch, base
+    /// sequence and record count. A batch without records adds its base and max timestamps:
+    /// they come from the footer. A batch with records does not: the rebuild derives them
+    /// from the record timestamps (already in the digest), not from the original header.
+    fn digest_trailer(&self, crc: u32, last: i64) -> u32 {
+        let mut t = [0u8; 1 + 8 + 8 + 2 + 4 + 8 + 2 + 4 + 4 + 16];
+        let mut at = 0;
+        let mut put = |bytes: &[u8]| {
+            t[at..at + bytes.len()].copy_from_slice(bytes);
+            at += bytes.len();
+        };
+        put(if self.count == 0 { b"E" } else { b"B" });
+        put(&self.base_offset.to_be_bytes());
+        put(&last.to_be_bytes());
+        put(&self.attributes.to_be_bytes());
+        put(&self.generation.to_be_bytes());
+        put(&self.producer_id.to_be_bytes());
+        put(&self.producer_epoch.to_be_bytes());
+        put(&self.base_sequence.to_be_bytes());
+        put(&self.count.to_be_bytes());
+        if self.count == 0 {
+            put(&self.base_timestamp.to_be_bytes());
+            put(&self.max_timestamp.to_be_bytes());
+        }
+        crc32c_append(crc, &t[..at])
+    }
+}
+
 /// Turns rows back into batches: rows with the same `batch_offset` form one batch, and each
 /// batch ends one before the next one starts (the row group's last offset for the last).
 struct Rebuild<'a> {
@@ -1134,6 +1342,8 @@ struct Rebuild<'a> {
     open: Option<OpenBatch>,
     /// Where the next batch must start, when no batch is open.
     expect: i64,
+    /// The content digest of what was rebuilt so far, if it is to be checked.
+    digest: Option<u32>,
 }
 
 impl<'a> Rebuild<'a> {
@@ -1147,6 +1357,7 @@ impl<'a> Rebuild<'a> {
             index: Vec::new(),
             open: None,
             expect: rg.first_offset as i64,
+            digest: None,
         }
     }
 
@@ -1233,6 +1444,7 @@ impl<'a> Rebuild<'a> {
             out.push(0); // record attributes: unused in v2
             put_varlong(out, ts_delta);
             put_varlong(out, delta as i64);
+            let body_start = out.len();
             put_nullable(out, key)?;
             put_nullable(out, payload)?;
             put_varlong(out, (to - from) as i64);
@@ -1241,6 +1453,12 @@ impl<'a> Rebuild<'a> {
                 put_nullable(out, bytes_at(c.header_values, h))?;
             }
             debug_assert_eq!(out.len() - record_start, len, "record length prefix");
+            // The record's canonical encoding ends with the bytes just written: key, value
+            // and headers, as the encoder digested them from the pushed batch.
+            if let Some(d) = self.digest.as_mut() {
+                *d = crc32c_append(*d, &digest_record_prefix(offset, timestamp));
+                *d = crc32c_append(*d, &out[body_start..]);
+            }
         }
         Ok(())
     }
@@ -1344,6 +1562,9 @@ impl<'a> Rebuild<'a> {
         h.extend_from_slice(&b.count.to_be_bytes());
         batch[..BATCH_HEADER_LEN].copy_from_slice(&h);
         seal_crc(batch).map_err(|e| corrupt(&format!("rebuilt batch at {}", b.base_offset), e))?;
+        if let Some(d) = self.digest.as_mut() {
+            *d = b.digest_trailer(*d, last);
+        }
         self.index.push((
             b.base_offset as u64,
             last as u64 + 1,
@@ -1353,7 +1574,8 @@ impl<'a> Rebuild<'a> {
         Ok(())
     }
 
-    fn finish(mut self) -> Result<DecodedRowGroup, SegmentError> {
+    /// The rebuilt row group, and its content digest if that was asked for.
+    fn finish(mut self) -> Result<(DecodedRowGroup, Option<u32>), SegmentError> {
         while let Some(e) = self.empties.next() {
             self.begin(e.base_offset as i64)?;
             self.write_empty(e)?;
@@ -1368,10 +1590,11 @@ impl<'a> Rebuild<'a> {
                 )));
             }
         }
-        Ok(DecodedRowGroup {
+        let decoded = DecodedRowGroup {
             batches: Bytes::from(self.out),
             index: self.index,
-        })
+        };
+        Ok((decoded, self.digest))
     }
 }
 

@@ -633,6 +633,7 @@ proptest! {
         prop_assert_eq!(&summary, &summary_of(&originals, summary.row_groups));
         let footer = parse_footer(&object, 1024);
         prop_assert_eq!(&footer.summary, &summary);
+        prop_assert!(footer.row_groups.iter().all(|rg| rg.content_digest.is_some()));
         check_round_trip(&object, &footer, &originals);
     }
 }
@@ -816,6 +817,14 @@ async fn cached_row_group_bytes_that_do_not_index_are_refused() {
             Bytes::from(gap)
         },
         Bytes::from(vec![0xAB; 200]),
+        // A record byte rotted on the disk tier: the header still parses, the CRC does not
+        // match.
+        {
+            let mut rotted = whole.to_vec();
+            let last = rotted.len() - 1;
+            rotted[last] ^= 0x01;
+            Bytes::from(rotted)
+        },
     ] {
         let err = DecodedRowGroup::from_batches(bad).expect_err("refused");
         assert!(matches!(err, SegmentError::Corrupt(_)), "{err:?}");
@@ -1003,4 +1012,192 @@ async fn pyarrow_reads_the_records_felix_writes() {
             .iter()
             .all(|s| s == 3)
     );
+}
+
+/// `object` as written before row group digests existed: the footer key is renamed in place
+/// (same length, so the footer stays valid Parquet), and readers no longer find it.
+fn without_digests(object: &Bytes) -> Bytes {
+    replace_in_footer(
+        object,
+        b"felix.row_group_digests",
+        b"felix.row_group_digestX",
+    )
+}
+
+fn replace_in_footer(object: &Bytes, from: &[u8], to: &[u8]) -> Bytes {
+    assert_eq!(from.len(), to.len());
+    let len = object.len();
+    let footer_len =
+        u32::from_le_bytes(object[len - 8..len - 4].try_into().expect("4 bytes")) as usize;
+    let start = len - 8 - footer_len;
+    let at = object[start..]
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("found in the footer")
+        + start;
+    let mut out = object.to_vec();
+    out[at..at + to.len()].copy_from_slice(to);
+    Bytes::from(out)
+}
+
+/// A log of batches whose payloads do not compress (so zstd keeps them as raw literals and
+/// a flipped byte there decodes to a different payload), with headers and null keys.
+fn incompressible_log(codec: Compression) -> Log {
+    let mut log = Log::starting_at(1_000);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for b in 0..12 {
+        let mut builder = BatchBuilder::new(codec).producer(77, 1, b * 8);
+        for r in 0..8 {
+            let payload: Vec<u8> = (0..64)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let key = (r % 3 != 0).then_some(&b"k"[..]);
+            builder.push(record(
+                1_700_000_000_000 + (b * 8 + r) as i64,
+                key,
+                Some(&payload),
+                &[("h", Some(b"v"))],
+            ));
+        }
+        log.build(builder, 2);
+    }
+    log.append(empty_batch(2), 2);
+    log
+}
+
+#[tokio::test]
+async fn a_rotted_payload_byte_that_still_decodes_is_refused_by_the_content_digest() {
+    for codec in [Compression::None, Compression::Zstd] {
+        let log = incompressible_log(codec);
+        let (object, summary) = encode_to_bytes(&log.bytes, &info(), &opts(1_500))
+            .await
+            .expect("encodes");
+        assert!(summary.row_groups >= 3, "{codec:?}: {summary:?}");
+        let footer = parse_footer(&object, ObjectFooter::SUFFIX_HINT);
+        assert!(
+            footer
+                .row_groups
+                .iter()
+                .all(|rg| rg.content_digest.is_some()),
+            "every row group has a digest"
+        );
+        check_round_trip(&object, &footer, &log.batches());
+        let legacy = without_digests(&object);
+        let legacy_footer = parse_footer(&legacy, ObjectFooter::SUFFIX_HINT);
+
+        let n = 1;
+        let rg = &footer.row_groups[n];
+        let good = decode_row_group(&footer, n, row_group_bytes(&object, &footer, n))
+            .expect("decodes")
+            .batches;
+        // The payload column chunk of row group `n`, in the row group's bytes.
+        let meta = footer.parquet_metadata();
+        let payload = meta
+            .file_metadata()
+            .schema_descr()
+            .columns()
+            .iter()
+            .position(|c| c.path().string() == "payload")
+            .expect("payload column");
+        let chunk = meta.row_group(n).column(payload);
+        let chunk_start = chunk
+            .dictionary_page_offset()
+            .unwrap_or(chunk.data_page_offset());
+        let from = (chunk_start as u64 - rg.byte_range.start) as usize;
+        let to = from + chunk.compressed_size() as usize;
+
+        let data = row_group_bytes(&object, &footer, n);
+        let (mut silently_wrong, mut caught) = (0, 0);
+        for at in from..to {
+            let mut damaged = data.to_vec();
+            damaged[at] ^= 0x01;
+            let damaged = Bytes::from(damaged);
+            // Without digests (what the broker did before): wrong records, valid CRCs.
+            let unchecked = decode_row_group(&legacy_footer, n, damaged.clone());
+            let wrong_without = matches!(&unchecked, Ok(rg) if rg.batches != good);
+            match decode_row_group(&footer, n, damaged) {
+                Ok(decoded) => assert_eq!(
+                    decoded.batches, good,
+                    "{codec:?}: byte {at} flipped, different records served"
+                ),
+                Err(SegmentError::Corrupt(message)) => {
+                    if wrong_without {
+                        assert!(
+                            message.contains("content digest mismatch")
+                                && message.contains(&format!("row group {n}"))
+                                && message
+                                    .contains(&format!("{}..={}", rg.first_offset, rg.last_offset)),
+                            "{message}"
+                        );
+                        caught += 1;
+                    }
+                }
+                Err(e) => panic!("{codec:?}: byte {at} flipped: {e:?}"),
+            }
+            silently_wrong += usize::from(wrong_without);
+        }
+        assert!(
+            silently_wrong > 0,
+            "{codec:?}: no flipped payload byte decoded to other records; the test proves nothing"
+        );
+        assert_eq!(caught, silently_wrong, "{codec:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_object_written_without_digests_still_decodes() {
+    let log = varied_log();
+    let (object, _) = encode_to_bytes(&log.bytes, &info(), &opts(600))
+        .await
+        .expect("encodes");
+    let legacy = without_digests(&object);
+    let footer = parse_footer(&legacy, ObjectFooter::SUFFIX_HINT);
+    assert!(footer.row_groups.len() >= 8);
+    assert!(
+        footer
+            .row_groups
+            .iter()
+            .all(|rg| rg.content_digest.is_none())
+    );
+    check_round_trip(&legacy, &footer, &log.batches());
+}
+
+#[tokio::test]
+async fn a_wrong_or_malformed_digest_in_the_footer_is_corruption() {
+    let log = varied_log();
+    let (object, _) = encode_to_bytes(&log.bytes, &info(), &opts(600))
+        .await
+        .expect("encodes");
+    let footer = parse_footer(&object, ObjectFooter::SUFFIX_HINT);
+    let digest = format!(
+        "{:08x}",
+        footer.row_groups[2].content_digest.expect("digest")
+    );
+    let mut other = digest.clone().into_bytes();
+    other[7] = if other[7] == b'0' { b'1' } else { b'0' };
+
+    // Good rows, a digest that does not match them: the row group is refused.
+    let wrong = replace_in_footer(&object, digest.as_bytes(), &other);
+    let wrong_footer = parse_footer(&wrong, ObjectFooter::SUFFIX_HINT);
+    let err = decode_row_group(&wrong_footer, 2, row_group_bytes(&wrong, &wrong_footer, 2))
+        .expect_err("digest mismatch");
+    assert!(
+        matches!(&err, SegmentError::Corrupt(m) if m.contains("content digest mismatch")),
+        "{err:?}"
+    );
+    // The other row groups are unaffected.
+    decode_row_group(&wrong_footer, 1, row_group_bytes(&wrong, &wrong_footer, 1))
+        .expect("row group 1 decodes");
+
+    // A digest that is not eight hex digits: the footer is refused.
+    other[7] = b'z';
+    let malformed = replace_in_footer(&object, digest.as_bytes(), &other);
+    let len = malformed.len() as u64;
+    let err = ObjectFooter::parse(&malformed, len).expect_err("malformed digest");
+    assert!(matches!(err, SegmentError::Corrupt(_)), "{err:?}");
 }
