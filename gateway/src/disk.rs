@@ -71,6 +71,9 @@ impl DiskSpace {
     pub fn check(&self, bytes: u64) -> Result<(), ErrorBody> {
         let free = self.free.load(Ordering::Relaxed);
         if free.saturating_sub(bytes) >= self.reserve {
+            // Counted down by every accepted write until the next sample, so publishes
+            // faster than the sampling cannot run through the reserve between samples.
+            self.free.fetch_sub(bytes.min(free), Ordering::Relaxed);
             return Ok(());
         }
         Err(ErrorBody::new(
