@@ -1201,3 +1201,100 @@ async fn a_wrong_or_malformed_digest_in_the_footer_is_corruption() {
     let err = ObjectFooter::parse(&malformed, len).expect_err("malformed digest");
     assert!(matches!(err, SegmentError::Corrupt(_)), "{err:?}");
 }
+
+/// What the content digest costs a decode: a ~64 MiB object decoded whole, with its digests
+/// and with them stripped (the rebuild then computes none), best of 9 each; and what the
+/// CRC check of a cached row group costs. Run in release:
+/// `cargo test --release -p felix-cold --test cold decode_cost -- --ignored --nocapture`
+#[tokio::test]
+#[ignore = "a measurement, run by hand in release"]
+async fn decode_cost_of_content_digests() {
+    use std::time::{Duration, Instant};
+
+    let mut log = Log::starting_at(0);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    // 128 batches of 512 records of ~1 KiB: half text-like (compressible), half random.
+    for b in 0..128i64 {
+        let mut builder = BatchBuilder::new(Compression::None).producer(9, 0, (b * 512) as i32);
+        for r in 0..512i64 {
+            let mut payload =
+                format!("{{\"order\":{},\"customer\":\"c-{}\",\"items\":[", b, r).into_bytes();
+            while payload.len() < 512 {
+                payload.extend_from_slice(b"{\"sku\":\"abc-123\",\"qty\":2},");
+            }
+            payload.extend((0..512).map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            }));
+            builder.push(record(
+                1_700_000_000_000 + b * 512 + r,
+                Some(format!("key-{}", r % 64).as_bytes()),
+                Some(&payload),
+                &[("trace", Some(b"0123456789abcdef"))],
+            ));
+        }
+        log.build(builder, 1);
+    }
+    let (object, summary) = encode_to_bytes(&log.bytes, &info(), &EncodeOptions::default())
+        .await
+        .expect("encodes");
+    let legacy = without_digests(&object);
+    let decode_all = |object: &Bytes, footer: &ObjectFooter| {
+        let start = Instant::now();
+        let mut out = 0;
+        for i in 0..footer.row_groups.len() {
+            let rg =
+                decode_row_group(footer, i, row_group_bytes(object, footer, i)).expect("decodes");
+            out += rg.batches.len();
+        }
+        (start.elapsed(), out)
+    };
+    // Interleaved, so that load from other processes hits both alike; the best of each.
+    let (checked, unchecked) = (
+        parse_footer(&object, ObjectFooter::SUFFIX_HINT),
+        parse_footer(&legacy, ObjectFooter::SUFFIX_HINT),
+    );
+    let (mut with, mut without, mut out) = (Duration::MAX, Duration::MAX, 0);
+    for _ in 0..9 {
+        let (d, n) = decode_all(&object, &checked);
+        with = with.min(d);
+        out = n;
+        without = without.min(decode_all(&legacy, &unchecked).0);
+    }
+    let footer = parse_footer(&object, ObjectFooter::SUFFIX_HINT);
+    let decoded: Vec<Bytes> = (0..footer.row_groups.len())
+        .map(|i| {
+            decode_row_group(&footer, i, row_group_bytes(&object, &footer, i))
+                .expect("decodes")
+                .batches
+        })
+        .collect();
+    let mut cached = Duration::MAX;
+    for _ in 0..5 {
+        let start = Instant::now();
+        for b in &decoded {
+            DecodedRowGroup::from_batches(b.clone()).expect("indexes");
+        }
+        cached = cached.min(start.elapsed());
+    }
+    let mib = |d: Duration| out as f64 / (1 << 20) as f64 / d.as_secs_f64();
+    eprintln!(
+        "{} MiB of input batches, object {} MiB in {} row groups, {} MiB rebuilt",
+        log.bytes.len() >> 20,
+        object.len() >> 20,
+        summary.row_groups,
+        out >> 20
+    );
+    eprintln!(
+        "decode with digests {with:?} ({:.0} MiB/s), without {without:?} ({:.0} MiB/s): +{:.1}%",
+        mib(with),
+        mib(without),
+        (with.as_secs_f64() / without.as_secs_f64() - 1.0) * 100.0
+    );
+    eprintln!(
+        "cached row groups re-indexed with CRC checks: {cached:?} ({:.0} MiB/s)",
+        mib(cached)
+    );
+}
