@@ -70,16 +70,3 @@ pub fn detected(tier: Tier, place: &str, detail: &str) -> ErrorBody {
         format!("stored data is corrupt and is not served: {detail}"),
     )
 }
-
-/// Detections of `tier` so far.
-pub fn count(tier: Tier) -> u64 {
-    let label = match tier {
-        Tier::Hot => "hot",
-        Tier::Cold => "cold",
-    };
-    DETECTED
-        .get_or_create(&TierLabel {
-            tier: label.to_owned(),
-        })
-        .get()
-}

@@ -100,7 +100,7 @@ impl DiskSpace {
         }
     }
 
-    /// Samples every [`SAMPLE_EVERY`] while `alive` holds the last other reference.
+    /// Samples every [`SAMPLE_EVERY`] until this is the last reference (the broker is gone).
     pub async fn run(self: Arc<Self>) {
         let mut warned = false;
         loop {

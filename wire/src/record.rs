@@ -569,25 +569,48 @@ fn compress(codec: Compression, input: &[u8]) -> Result<Vec<u8>, WireError> {
     }
 }
 
-/// Reads a whole decompressing stream, refusing to produce more than `limit` bytes.
-fn read_limited(
-    mut reader: impl Read,
+/// Copies a whole decompressing stream into `out`, refusing to produce more than `limit`
+/// bytes; returns how many it produced.
+fn copy_limited(
+    reader: impl Read,
     codec: &'static str,
     limit: usize,
-) -> Result<Vec<u8>, WireError> {
-    let mut out = Vec::new();
+    out: &mut impl Write,
+) -> Result<usize, WireError> {
     let cap = (limit as u64).saturating_add(1);
-    (&mut reader)
-        .take(cap)
-        .read_to_end(&mut out)
-        .map_err(|e| WireError::Decompression {
-            codec,
-            reason: e.to_string(),
-        })?;
-    if out.len() > limit {
+    let n = std::io::copy(&mut reader.take(cap), out).map_err(|e| WireError::Decompression {
+        codec,
+        reason: e.to_string(),
+    })?;
+    if n > limit as u64 {
         return Err(WireError::DecompressedTooLarge { limit });
     }
-    Ok(out)
+    Ok(n as usize)
+}
+
+/// A framed codec's streaming decoder and the codec's name.
+type StreamDecoder<'a> = (Box<dyn Read + 'a>, &'static str);
+
+/// The streaming decoder of a framed codec (gzip, lz4, zstd) over `input`; `None` for the
+/// codecs that are not streamed (none, snappy).
+fn stream_decoder(
+    codec: Compression,
+    input: &[u8],
+) -> Result<Option<StreamDecoder<'_>>, WireError> {
+    Ok(Some(match codec {
+        Compression::None | Compression::Snappy => return Ok(None),
+        Compression::Gzip => (Box::new(flate2::read::MultiGzDecoder::new(input)), "gzip"),
+        Compression::Lz4 => (Box::new(lz4_flex::frame::FrameDecoder::new(input)), "lz4"),
+        Compression::Zstd => {
+            let dec = zstd::stream::read::Decoder::with_buffer(input).map_err(|e| {
+                WireError::Decompression {
+                    codec: "zstd",
+                    reason: e.to_string(),
+                }
+            })?;
+            (Box::new(dec), "zstd")
+        }
+    }))
 }
 
 /// The size of a validated batch once its records are decompressed (its header included):
@@ -604,20 +627,11 @@ pub fn decompressed_size(
     let body = batch
         .get(BATCH_HEADER_LEN..total)
         .ok_or(WireError::Inconsistent("batch shorter than its header"))?;
-    let records = match header.compression()? {
-        Compression::None => body.len(),
-        Compression::Snappy => snappy_decompress(body, limit)?.len(),
-        Compression::Gzip => count_limited(flate2::read::MultiGzDecoder::new(body), "gzip", limit)?,
-        Compression::Lz4 => count_limited(lz4_flex::frame::FrameDecoder::new(body), "lz4", limit)?,
-        Compression::Zstd => {
-            let dec = zstd::stream::read::Decoder::with_buffer(body).map_err(|e| {
-                WireError::Decompression {
-                    codec: "zstd",
-                    reason: e.to_string(),
-                }
-            })?;
-            count_limited(dec, "zstd", limit)?
-        }
+    let codec = header.compression()?;
+    let records = match stream_decoder(codec, body)? {
+        Some((reader, name)) => copy_limited(reader, name, limit, &mut std::io::sink())?,
+        None if codec == Compression::Snappy => snappy_decompress(body, limit)?.len(),
+        None => body.len(),
     };
     if records > limit {
         return Err(WireError::DecompressedTooLarge { limit });
@@ -625,36 +639,15 @@ pub fn decompressed_size(
     Ok(BATCH_HEADER_LEN + records)
 }
 
-/// Bytes `reader` yields, reading at most `limit + 1` of them into a sink.
-fn count_limited(reader: impl Read, codec: &'static str, limit: usize) -> Result<usize, WireError> {
-    let cap = (limit as u64).saturating_add(1);
-    let n = std::io::copy(&mut reader.take(cap), &mut std::io::sink()).map_err(|e| {
-        WireError::Decompression {
-            codec,
-            reason: e.to_string(),
-        }
-    })?;
-    if n > limit as u64 {
-        return Err(WireError::DecompressedTooLarge { limit });
-    }
-    Ok(n as usize)
-}
-
 fn decompress(codec: Compression, input: &[u8], limit: usize) -> Result<Vec<u8>, WireError> {
-    match codec {
-        Compression::None => Ok(input.to_vec()),
-        Compression::Gzip => read_limited(flate2::read::MultiGzDecoder::new(input), "gzip", limit),
-        Compression::Snappy => snappy_decompress(input, limit),
-        Compression::Lz4 => read_limited(lz4_flex::frame::FrameDecoder::new(input), "lz4", limit),
-        Compression::Zstd => {
-            let dec = zstd::stream::read::Decoder::with_buffer(input).map_err(|e| {
-                WireError::Decompression {
-                    codec: "zstd",
-                    reason: e.to_string(),
-                }
-            })?;
-            read_limited(dec, "zstd", limit)
+    match stream_decoder(codec, input)? {
+        Some((reader, name)) => {
+            let mut out = Vec::new();
+            copy_limited(reader, name, limit, &mut out)?;
+            Ok(out)
         }
+        None if codec == Compression::Snappy => snappy_decompress(input, limit),
+        None => Ok(input.to_vec()),
     }
 }
 

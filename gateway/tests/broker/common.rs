@@ -72,6 +72,20 @@ impl BrokerOptions {
     }
 }
 
+/// Copies the directory tree `from` into `to` (created), as a backup restored later.
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
 /// A free loopback TCP address.
 pub fn free_tcp_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_tcp_port()))

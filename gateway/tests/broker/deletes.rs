@@ -3,12 +3,12 @@
 //! crash is made deterministic: the deleted stream's directory is put back as a kill -9
 //! between the control plane's record of the delete and the file removal would leave it.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use felix_client::{AckMode, Message, StartAt, StreamConfig};
 
-use super::common::{Broker, BrokerOptions, PATIENCE};
+use super::common::{Broker, BrokerOptions, PATIENCE, copy_dir};
 
 const T: &str = "del";
 const NS: &str = "ns";
@@ -16,19 +16,6 @@ const S: &str = "again";
 
 fn stream_dir(broker: &Broker) -> PathBuf {
     broker.data_dir().join("streams").join(T).join(NS).join(S)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
-    }
 }
 
 async fn create(client: &felix_client::Client) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use felix_client::{AckMode, ClientError, Message, StreamConfig};
 use felix_wire::protocol::codes;
 
-use super::common::{Broker, BrokerOptions, http_get, metric_lines, metric_value};
+use super::common::{Broker, BrokerOptions, copy_dir, http_get, metric_lines, metric_value};
 
 const T: &str = "disk";
 const NS: &str = "ns";
@@ -38,19 +38,6 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), target).unwrap();
-        }
     }
 }
 
