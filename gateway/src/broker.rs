@@ -809,12 +809,12 @@ impl Broker {
         !self.stopping.load(Ordering::Acquire) && self.meta.is_ready()
     }
 
-    /// The metrics this broker reports into.
     /// Connections each listener holds at once (`max_connections`).
     pub fn max_connections(&self) -> usize {
         self.config.max_connections
     }
 
+    /// The metrics this broker reports into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
@@ -2471,12 +2471,10 @@ fn retire_stream(
     namespace: &str,
     name: &str,
 ) {
-    let keys: Vec<ShardKey> = shards
-        .keys()
-        .filter(|k| k.tenant == tenant && k.namespace == namespace && k.stream == name)
-        .cloned()
-        .collect();
-    for s in keys.iter().filter_map(|k| shards.remove(k)) {
+    let of_stream = |k: &ShardKey, _: &mut Arc<Shard>| {
+        k.tenant == tenant && k.namespace == namespace && k.stream == name
+    };
+    for (_, s) in shards.extract_if(of_stream) {
         s.closed.store(true, Ordering::Release);
         let _ = s.stop_tasks.send(true);
         s.fanout.inner.lock().subscribers.clear();
