@@ -262,8 +262,9 @@ struct PublishArgs {
     /// Codec of published batches: none, gzip, snappy, lz4, zstd.
     #[arg(long, default_value = "none", value_parser = parse_compression)]
     compression: Compression,
-    /// text: a summary at the end; jsonl: {"offset":..,"line":N} per acknowledged record,
-    /// in input order, as soon as it is acknowledged.
+    /// text: a summary at the end; jsonl: {"shard":..,"offset":..,"line":N} per
+    /// acknowledged record, in input order, as soon as it is acknowledged (the shard pairs an
+    /// acknowledgement with its record on a stream of several shards).
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
     /// Publish N generated records instead of reading stdin.
@@ -692,15 +693,22 @@ fn spawn_source(args: &PublishArgs, capacity: usize) -> mpsc::Receiver<Result<Li
     rx
 }
 
-/// `{"offset":..,"line":N}`.
+/// `{"shard":..,"offset":..,"line":N}`: offsets are per shard, so a script pairing
+/// acknowledgements with records needs both.
 #[derive(Serialize)]
 struct PublishedLine {
+    shard: u32,
     offset: u64,
     line: u64,
 }
 
-fn published_json(offset: u64, line: u64) -> String {
-    serde_json::to_string(&PublishedLine { offset, line }).unwrap_or_default()
+fn published_json(shard: u32, offset: u64, line: u64) -> String {
+    serde_json::to_string(&PublishedLine {
+        shard,
+        offset,
+        line,
+    })
+    .unwrap_or_default()
 }
 
 /// Whether a failed publish should stop the run: the connection is gone, or the stream
@@ -847,13 +855,14 @@ async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<u8> {
             break outcomes;
         };
 
-        let mut acked: Vec<(u64, u64)> = Vec::new();
+        // (line, shard, offset) of each acknowledged record.
+        let mut acked: Vec<(u64, u32, u64)> = Vec::new();
         let mut fatal = None;
         for outcome in outcomes {
             match outcome.result {
                 Ok(Some(p)) => {
                     for (i, &idx) in outcome.indices.iter().enumerate() {
-                        acked.push((batch[idx].number, p.offset_of(i)));
+                        acked.push((batch[idx].number, p.shard, p.offset_of(i)));
                     }
                 }
                 Ok(None) => {
@@ -879,8 +888,8 @@ async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<u8> {
         published.fetch_add(acked.len() as u64, Ordering::Relaxed);
         if args.output == Output::Jsonl && !acked.is_empty() {
             let mut out = String::with_capacity(acked.len() * 32);
-            for (line, offset) in &acked {
-                out.push_str(&published_json(*offset, *line));
+            for &(line, shard, offset) in &acked {
+                out.push_str(&published_json(shard, offset, line));
                 out.push('\n');
             }
             if let Err(e) = stdout
@@ -1227,8 +1236,11 @@ mod tests {
     }
 
     #[test]
-    fn published_lines_are_offset_then_line() {
-        assert_eq!(published_json(41, 7), r#"{"offset":41,"line":7}"#);
+    fn published_lines_are_shard_offset_then_line() {
+        assert_eq!(
+            published_json(3, 41, 7),
+            r#"{"shard":3,"offset":41,"line":7}"#
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `felixctl` against a real broker: create a tenant, a namespace and a durable stream,
 //! publish stdin lines with `--output jsonl` (one acknowledgement line per input line, in
-//! input order, offsets increasing), and read them back with `subscribe --from earliest`.
+//! input order, naming its shard and offset), and read them back with `subscribe --from earliest`.
 //!
 //! felixctl belongs to felix-client, so Cargo does not hand this binary its path: it is
 //! looked for beside the test's own target directory and built there when missing or older
@@ -139,9 +139,18 @@ async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
     let broker = Broker::start(BrokerOptions::new()).await;
     run(&broker, &["tenant", "create", "smoke"], b"").await;
     run(&broker, &["namespace", "create", "smoke/ns"], b"").await;
+    // Three shards: key-less batches go to the shards in turn, so the acknowledgements
+    // must name their shard for a script to pair each with its record.
     let created = run(
         &broker,
-        &["stream", "create", "smoke/ns/lines", "--durable"],
+        &[
+            "stream",
+            "create",
+            "smoke/ns/lines",
+            "--durable",
+            "--shards",
+            "3",
+        ],
         b"",
     )
     .await;
@@ -175,22 +184,29 @@ async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
         "one line per input line:\n{}",
         published.stdout
     );
-    let mut last_offset = None;
+    let mut last_offset: std::collections::HashMap<u64, u64> = Default::default();
     for (i, ack) in acks.iter().enumerate() {
         assert_eq!(
             ack["line"],
             i as u64 + 1,
             "acknowledgements in input order: {ack}"
         );
+        let shard = ack["shard"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a shard: {ack}"));
         let offset = ack["offset"]
             .as_u64()
             .unwrap_or_else(|| panic!("an offset: {ack}"));
+        let last = last_offset.insert(shard, offset);
         assert!(
-            last_offset.is_none_or(|l| offset > l),
-            "offsets increase: {offset} after {last_offset:?}"
+            last.is_none_or(|l| offset > l),
+            "offsets increase within shard {shard}: {offset} after {last:?}"
         );
-        last_offset = Some(offset);
     }
+    assert!(
+        last_offset.len() > 1,
+        "key-less batches spread over the shards: {last_offset:?}"
+    );
 
     let count = lines.len().to_string();
     let read = run(
@@ -214,12 +230,26 @@ async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
         lines.len(),
         "--count {count} prints {count} records"
     );
-    for (i, e) in events.iter().enumerate() {
-        assert_eq!(e["payload"], lines[i].as_str(), "record {i}: {e}");
-        assert_eq!(
-            e["offset"], acks[i]["offset"],
-            "record {i} at its acknowledged offset: {e}"
+    // Every acknowledgement's (shard, offset) holds the line it names.
+    let stored: std::collections::HashMap<(u64, u64), String> = events
+        .iter()
+        .map(|e| {
+            let at = (e["shard"].as_u64().unwrap(), e["offset"].as_u64().unwrap());
+            (at, e["payload"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    for ack in &acks {
+        let at = (
+            ack["shard"].as_u64().unwrap(),
+            ack["offset"].as_u64().unwrap(),
         );
-        assert_eq!(e["shard"], 0, "{e}");
+        let line = ack["line"].as_u64().unwrap() as usize;
+        assert_eq!(
+            stored.get(&at),
+            Some(&lines[line - 1]),
+            "the record at shard {} offset {} is line {line}",
+            at.0,
+            at.1
+        );
     }
 }
