@@ -56,8 +56,13 @@ use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
-/// The version of the layout below. A reader refuses any other.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version of the layout below, which this build writes. Version 2 objects always carry
+/// content digests (`felix.row_group_digests`), so one without them is corrupt: a damaged
+/// footer key can not quietly turn the content check off. Version 1 objects (written before
+/// version 2) are read too, with their digests checked when they have them.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads.
+pub const OLDEST_FORMAT_VERSION: u32 = 1;
 
 /// Rows per data page: small enough that a reader pruning on `offset` or `timestamp` through
 /// the page index skips most of a row group, large enough that page headers stay negligible.
@@ -179,7 +184,7 @@ pub enum SegmentError {
     NotFelix(String),
     /// A Felix object of a format version this build does not read.
     #[error(
-        "Felix object format version {found} is not supported (this build reads version {FORMAT_VERSION})"
+        "Felix object format version {found} is not supported (this build reads versions {OLDEST_FORMAT_VERSION} to {FORMAT_VERSION})"
     )]
     UnsupportedVersion { found: String },
     /// Felix's footer metadata or schema is missing a field or contradicts itself.
@@ -814,11 +819,14 @@ fn read_footer(metadata: ParquetMetaData, file_len: u64) -> Result<ObjectFooter,
     let version =
         kv.0.get(KEY_VERSION)
             .ok_or_else(|| SegmentError::NotFelix(format!("no {KEY_VERSION} in the footer")))?;
-    if version.parse::<u32>().ok() != Some(FORMAT_VERSION) {
-        return Err(SegmentError::UnsupportedVersion {
-            found: version.clone(),
-        });
-    }
+    let version = match version.parse::<u32>() {
+        Ok(v) if (OLDEST_FORMAT_VERSION..=FORMAT_VERSION).contains(&v) => v,
+        _ => {
+            return Err(SegmentError::UnsupportedVersion {
+                found: version.clone(),
+            });
+        }
+    };
     let info = ObjectInfo {
         tenant: kv.text(KEY_TENANT)?,
         namespace: kv.text(KEY_NAMESPACE)?,
@@ -845,10 +853,18 @@ fn read_footer(metadata: ParquetMetaData, file_len: u64) -> Result<ObjectFooter,
         )));
     }
     let mut row_groups = row_group_infos(metadata.metadata(), base_offset, last_offset, file_len)?;
-    if let Some(digests) = row_group_digests(&kv, row_groups.len())? {
-        for (rg, digest) in row_groups.iter_mut().zip(digests) {
-            rg.content_digest = Some(digest);
+    match row_group_digests(&kv, row_groups.len())? {
+        Some(digests) => {
+            for (rg, digest) in row_groups.iter_mut().zip(digests) {
+                rg.content_digest = Some(digest);
+            }
         }
+        None if version >= 2 => {
+            return Err(SegmentError::Corrupt(format!(
+                "a version {version} object without {KEY_ROW_GROUP_DIGESTS}"
+            )));
+        }
+        None => {}
     }
     let rows: u64 = row_groups.iter().map(|rg| rg.rows).sum();
     if rows != records {

@@ -4,6 +4,8 @@ mod hot {
     mod append_read;
     pub mod common;
     mod crash;
+    mod damage;
+    pub mod damage_case;
     mod recovery;
     mod shared_read;
 }

@@ -541,7 +541,7 @@ async fn footer_metadata_names_the_shard_and_range() {
         .filter_map(|kv| Some((kv.key.clone(), kv.value.clone()?)))
         .collect();
     for (key, value) in [
-        ("felix.format_version", "1".to_owned()),
+        ("felix.format_version", "2".to_owned()),
         ("felix.tenant", "acme".to_owned()),
         ("felix.namespace", "orders".to_owned()),
         ("felix.stream", "created".to_owned()),
@@ -766,12 +766,14 @@ async fn objects_that_are_not_felix_objects_get_typed_errors() {
     let err = ObjectFooter::parse(&plain, plain.len() as u64).expect_err("not Felix");
     assert!(matches!(err, SegmentError::NotFelix(_)), "{err:?}");
 
-    let future = foreign_parquet(vec![("felix.format_version", "2")]);
-    let err = ObjectFooter::parse(&future, future.len() as u64).expect_err("unknown version");
-    assert!(
-        matches!(&err, SegmentError::UnsupportedVersion { found } if found == "2"),
-        "{err:?}"
-    );
+    for version in ["3", "0", "two"] {
+        let future = foreign_parquet(vec![("felix.format_version", version)]);
+        let err = ObjectFooter::parse(&future, future.len() as u64).expect_err("unknown version");
+        assert!(
+            matches!(&err, SegmentError::UnsupportedVersion { found } if found == version),
+            "{err:?}"
+        );
+    }
 
     let mislabelled = foreign_parquet(vec![
         ("felix.format_version", "1"),
@@ -1016,12 +1018,14 @@ async fn pyarrow_reads_the_records_felix_writes() {
 
 /// `object` as written before row group digests existed: the footer key is renamed in place
 /// (same length, so the footer stays valid Parquet), and readers no longer find it.
+/// The object as a version 1 object written before content digests existed.
 fn without_digests(object: &Bytes) -> Bytes {
-    replace_in_footer(
+    let v1 = replace_in_footer(
         object,
-        b"felix.row_group_digests",
-        b"felix.row_group_digestX",
-    )
+        b"felix.format_version\x18\x012",
+        b"felix.format_version\x18\x011",
+    );
+    replace_in_footer(&v1, b"felix.row_group_digests", b"felix.row_group_digestX")
 }
 
 fn replace_in_footer(object: &Bytes, from: &[u8], to: &[u8]) -> Bytes {
@@ -1165,6 +1169,27 @@ async fn an_object_written_without_digests_still_decodes() {
             .all(|rg| rg.content_digest.is_none())
     );
     check_round_trip(&legacy, &footer, &log.batches());
+}
+
+/// A damaged footer key must not turn the content check off: a version 2 object always
+/// has its digests, so one whose digests are gone is corrupt, not a legacy object.
+#[tokio::test]
+async fn a_current_object_whose_digests_are_gone_is_corruption_not_a_legacy_object() {
+    let log = varied_log();
+    let (object, _) = encode_to_bytes(&log.bytes, &info(), &opts(600))
+        .await
+        .expect("encodes");
+    let damaged = replace_in_footer(
+        &object,
+        b"felix.row_group_digests",
+        b"felix.row_group_digestX",
+    );
+    let len = damaged.len() as u64;
+    let err = ObjectFooter::parse(&damaged, len).expect_err("a v2 object without digests");
+    assert!(
+        matches!(&err, SegmentError::Corrupt(m) if m.contains("without felix.row_group_digests")),
+        "{err:?}"
+    );
 }
 
 #[tokio::test]
