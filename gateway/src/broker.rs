@@ -1291,7 +1291,8 @@ impl Broker {
                 "leader_unavailable",
                 format!(
                     "shard {key}: its leader, broker {}, is down; the shard waits for it (a \
-                     Leader stream) or for a replica to be promoted (a Quorum stream)",
+                     Leader stream), for a replica to be promoted (a Quorum stream) or for \
+                     another broker to take it over (an ephemeral stream)",
                     b.id
                 ),
             )
