@@ -15,7 +15,8 @@
 //!   dropped: QUIC flow control slows the replay instead) and joins live delivery at the
 //!   fanout's cursor, under the fanout's lock, so nothing is skipped or repeated.
 //! * Ephemeral shards keep nothing: a publish is offered to the live subscribers and
-//!   acknowledged when queued; their drops are counted, not announced.
+//!   acknowledged when queued; their drops are counted, not announced. In a cluster each
+//!   has one leader, as a durable shard does (see [`crate::ephemeral`]).
 //! * Publisher backpressure: each tenant has its own `pub_queue_depth` publish slots, so a
 //!   flooding tenant exhausts only its own; see [`TenantQueues`].
 //! * Tiering: each durable shard's log sits behind a [`TieredShard`], so history reads below
@@ -40,7 +41,6 @@ use felix_meta::model::{
 };
 use felix_meta::state_machine::Registry;
 use felix_meta::{Applied, MetaError, MetaHandle};
-use felix_wire::batch::stamp_base_offset;
 use felix_wire::protocol::{
     AckMode, BrokerRoute, ErrorBody, SegmentInfo, ShardInfo, ShardRoute, StartAt, StreamConfig,
     StreamInfo, codes,
@@ -304,11 +304,12 @@ pub struct Shard {
     pub(crate) repl: Option<Arc<ReplState>>,
     fanout: Arc<Fanout>,
     /// Ephemeral shards number batches themselves.
-    ephemeral_next: AtomicU64,
+    pub(crate) ephemeral_next: AtomicU64,
     closed: Arc<AtomicBool>,
-    /// Idempotent producers' sequences (durable shards). Held across the check and the
-    /// enqueue of a publish, so two re-sends of one batch cannot both be appended.
-    producers: tokio::sync::Mutex<ProducerTable>,
+    /// Idempotent producers' sequences (in memory only on an ephemeral shard). Held across
+    /// the check and the enqueue of a publish, so two re-sends of one batch cannot both be
+    /// appended.
+    pub(crate) producers: tokio::sync::Mutex<ProducerTable>,
     /// Both tiers behind one read path (durable shards).
     pub(crate) tier: Option<Arc<TieredShard>>,
     /// Stops the shard's upload and retention tasks when set or dropped.
@@ -322,6 +323,11 @@ pub struct Shard {
 impl Shard {
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Offers a batch to the live subscribers (an ephemeral shard's publish path).
+    pub(crate) fn offer_live(&self, batch: LiveBatch, metrics: &Metrics) {
+        self.fanout.offer(batch, metrics);
     }
 
     /// Ends every live subscriber (their subscriptions then end with the shard's state as
@@ -350,18 +356,18 @@ impl Shard {
     /// else the log's committed end.
     pub(crate) fn visible_end(&self) -> u64 {
         match (&self.repl, &self.log) {
+            (_, None) => self.ephemeral_next.load(Ordering::Acquire),
             (Some(r), _) => *r.visible.borrow(),
             (None, Some(log)) => log.committed_offset(),
-            (None, None) => self.ephemeral_next.load(Ordering::Acquire),
         }
     }
 
     /// Changes whenever [`Shard::visible_end`] may have moved.
     pub(crate) fn watch_visible(&self) -> Option<watch::Receiver<u64>> {
         match (&self.repl, &self.log) {
+            (_, None) => None,
             (Some(r), _) => Some(r.visible.subscribe()),
             (None, Some(log)) => Some(log.watch_committed()),
-            (None, None) => None,
         }
     }
 }
@@ -452,12 +458,17 @@ impl Subscription {
                     if shard.closed.load(Ordering::Acquire) {
                         return SubEvent::Closed;
                     }
+                    if let Some(end) = not_leading(shard) {
+                        return end;
+                    }
                     match queue.recv().await {
                         Some(Delivery::Batch(b)) => return SubEvent::Batches(b),
                         Some(Delivery::Lagged { resume_offset }) => {
                             return SubEvent::Lagged { resume_offset };
                         }
-                        None => return SubEvent::Closed,
+                        // Ended because the shard moved or was fenced: say so, so the
+                        // subscriber resumes on its leader.
+                        None => return not_leading(shard).unwrap_or(SubEvent::Closed),
                     }
                 }
                 SubState::Durable {
@@ -1280,7 +1291,8 @@ impl Broker {
                 "leader_unavailable",
                 format!(
                     "shard {key}: its leader, broker {}, is down; the shard waits for it (a \
-                     Leader stream) or for a replica to be promoted (a Quorum stream)",
+                     Leader stream), for a replica to be promoted (a Quorum stream) or for \
+                     another broker to take it over (an ephemeral stream)",
                     b.id
                 ),
             )
@@ -1336,8 +1348,8 @@ impl Broker {
         let closed = Arc::new(AtomicBool::new(false));
         let (stop_tasks, stop_rx) = watch::channel(false);
         let mut producers = ProducerTable::default();
-        let repl = (self.cluster && settings.durability == Durability::Durable)
-            .then(|| Arc::new(ReplState::new(0)));
+        // In a cluster every shard has a role (an ephemeral one too: one leader per shard).
+        let repl = self.cluster.then(|| Arc::new(ReplState::new(0)));
         // The uploader re-reads the control plane before each upload, and a new leader
         // refreshes this copy (`refresh_manifest`).
         let manifest_state = self.meta.local(|s| ManifestState::of(s, &key));
@@ -1430,7 +1442,13 @@ impl Broker {
             repl.placement
                 .send_replace(self.registry.borrow().placements.get(&key).cloned());
             let me = self.self_ref.get().cloned().unwrap_or_default();
-            tokio::spawn(crate::replication::drive_shard(me, s.clone()));
+            match (&s.log, me.upgrade()) {
+                (Some(_), _) => {
+                    tokio::spawn(crate::replication::drive_shard(me, s.clone()));
+                }
+                (None, Some(me)) => crate::ephemeral::lead(&me, &s, s.stop_tasks.subscribe()),
+                (None, None) => {}
+            }
         }
         Ok((s, settings))
     }
@@ -1681,7 +1699,7 @@ impl Broker {
                 self.publish_durable(&shard, log, batches, ack, quorum)
                     .await
             }
-            None => Ok(self.publish_ephemeral(&shard, batches)),
+            None => crate::ephemeral::publish(&shard, batches, &self.metrics).await,
         };
         drop(permit);
         if result.is_ok() {
@@ -1822,28 +1840,6 @@ impl Broker {
             )
             .retry_after(500))
         }
-    }
-
-    fn publish_ephemeral(&self, shard: &Shard, batches: Vec<(BatchHeader, Bytes)>) -> (u64, u64) {
-        let mut first = None;
-        let mut last = 0;
-        for (h, bytes) in batches {
-            let count = h.last_offset_delta as u64 + 1;
-            let base = shard.ephemeral_next.fetch_add(count, Ordering::AcqRel);
-            let mut owned = bytes.to_vec();
-            stamp_base_offset(&mut owned, base as i64);
-            first.get_or_insert(base);
-            last = base + count - 1;
-            shard.fanout.offer(
-                LiveBatch {
-                    first_offset: base,
-                    next_offset: base + count,
-                    bytes: Bytes::from(owned),
-                },
-                &self.metrics,
-            );
-        }
-        (first.unwrap_or(0), last)
     }
 
     /// Opens a subscription on one shard.
@@ -2219,7 +2215,6 @@ impl Broker {
             .get(&me)
             .map(|b| b.client_addr.clone())
             .unwrap_or_else(|| self.config.quic_addr.to_string());
-        let durable = settings.durability == Durability::Durable;
         let shards = (0..settings.shards)
             .map(|k| {
                 let key = ShardKey {
@@ -2229,7 +2224,7 @@ impl Broker {
                     shard: k,
                 };
                 match reg.placements.get(&key) {
-                    Some(p) if self.cluster && durable => ShardRoute {
+                    Some(p) if self.cluster => ShardRoute {
                         shard: k,
                         leader: p.leader,
                         leader_addr: p
@@ -2239,9 +2234,8 @@ impl Broker {
                         generation: p.generation,
                         replicas: p.replicas.clone(),
                     },
-                    // Ephemeral streams (and every stream of a single node) are served by
-                    // the broker a client talks to.
-                    _ if !self.cluster || !durable => ShardRoute {
+                    // Every stream of a single node is served by the broker a client talks to.
+                    _ if !self.cluster => ShardRoute {
                         shard: k,
                         leader: Some(me),
                         leader_addr: Some(my_addr.clone()),

@@ -9,6 +9,7 @@
 //! * [`stream_files`] — which files on disk belong to which stream (incarnations).
 //! * [`disk`] — the data volume's free space and the reserve publishes leave for the control plane.
 //! * [`corruption`] — stored data that fails its checks: the error, the counter, the log.
+//! * [`ephemeral`] — ephemeral shards: publishing at most once, one leader per shard.
 //! * [`producers`] — idempotent producers' sequences per shard.
 //! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
 
@@ -21,6 +22,7 @@ pub mod broker;
 pub mod config;
 pub mod corruption;
 pub mod disk;
+pub mod ephemeral;
 pub mod kafka;
 pub mod metrics;
 pub mod producers;

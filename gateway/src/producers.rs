@@ -1,4 +1,4 @@
-//! Idempotent producers on a durable shard: which sequences each producer has already
+//! Idempotent producers on a shard: which sequences each producer has already
 //! landed, so a batch re-sent after a lost acknowledgement is answered with its original
 //! offsets instead of being appended twice.
 //!
@@ -9,7 +9,9 @@
 //! * anything else is a gap or a stale re-send (`out_of_order_sequence`); an older epoch
 //!   is fenced (`invalid_producer_epoch`); a new epoch restarts at sequence 0.
 //!
-//! The sequences live in the log with the records, so the table is rebuilt from the log
+//! On an ephemeral shard the table lives in the leader's memory only
+//! ([`ProducerTable::check_in_memory`]). On a durable shard the sequences live in the log
+//! with the records, so the table is rebuilt from the log
 //! when the shard opens: a re-send is answered the same way after a restart. At every
 //! segment seal a snapshot of the table for exactly the log up to that segment's end is
 //! written to `producer-state.json` in the shard's directory, so the state survives once
@@ -206,6 +208,17 @@ impl ProducerTable {
         }
     }
 
+    /// Whether to offer `h` on an in-memory (ephemeral) shard. As [`ProducerTable::check`],
+    /// except that a producer this table does not know may start at any sequence: the
+    /// table lives only as long as the shard's leader, so after a takeover a producer's
+    /// next batch is the first this leader sees of it.
+    pub fn check_in_memory(&self, h: &BatchHeader) -> SeqCheck {
+        if h.producer_id >= 0 && !self.producers.contains_key(&h.producer_id) {
+            return SeqCheck::Append;
+        }
+        self.check(h)
+    }
+
     /// Records that `h` landed at these offsets.
     pub fn record(&mut self, h: &BatchHeader, base_offset: u64, last_offset: u64) {
         if h.producer_id < 0 {
@@ -282,5 +295,25 @@ mod tests {
         );
         assert_eq!(t.check(&header(1, 3, 0, 1)), SeqCheck::Append);
         assert_eq!(t.check(&header(-1, -1, -1, 1)), SeqCheck::Append);
+    }
+
+    #[test]
+    fn an_in_memory_shard_takes_an_unknown_producer_at_any_sequence_then_holds_it_to_order() {
+        let mut t = ProducerTable::default();
+        let h = header(9, 0, 40, 2);
+        assert_eq!(t.check_in_memory(&h), SeqCheck::Append);
+        t.record(&h, 0, 1);
+        assert_eq!(
+            t.check_in_memory(&h),
+            SeqCheck::Duplicate {
+                base_offset: 0,
+                last_offset: 1
+            }
+        );
+        assert!(matches!(
+            t.check_in_memory(&header(9, 0, 45, 1)),
+            SeqCheck::Reject(e) if e.reason == "out_of_order_sequence"
+        ));
+        assert_eq!(t.check_in_memory(&header(9, 0, 42, 1)), SeqCheck::Append);
     }
 }

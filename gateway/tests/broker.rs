@@ -1,6 +1,6 @@
 //! The broker's promises on a real `felix` process over real QUIC on loopback: durability
 //! across SIGKILL, ordering through batching and fanout, lag isolation, catch-up, tenant
-//! backpressure, bad input, the `felixctl` tool, and the Kafka listener with real Kafka
+//! backpressure, ephemeral streams, bad input, the `felixctl` tool, and the Kafka listener with real Kafka
 //! clients. One binary; each area is a module under `tests/broker/`, sharing the process
 //! harness in `common`.
 
@@ -16,6 +16,7 @@ mod broker {
     mod deletes;
     mod disk;
     mod durability;
+    mod ephemeral;
     mod fanout;
     mod felixctl;
     mod idempotence;

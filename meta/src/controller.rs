@@ -18,6 +18,9 @@
 //!   the last replication report's in-sync set (the state machine refuses anything else).
 //!   A leader-acknowledged shard is never given a new leader, since only the old leader is
 //!   sure to hold what it acknowledged.
+//! * An ephemeral shard keeps nothing, so it has nothing a new leader could lack: once its
+//!   leader is dead with a lapsed lease, any live broker takes it over in the same decision
+//!   (the one [`MetaState::spread`] picks), without waiting for the old broker to return.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -27,7 +30,9 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
 use crate::handle::MetaHandle;
-use crate::model::{Command, Consistency, Durability, MetaState, ShardKey, stream_key};
+use crate::model::{
+    Command, Consistency, Durability, MetaState, ShardKey, placed_replicas, stream_key,
+};
 
 /// Most commands proposed per tick; the rest follow on the next ticks.
 const MAX_COMMANDS_PER_TICK: usize = 1024;
@@ -52,13 +57,14 @@ pub enum LeaseView {
 ///
 /// * An alive broker whose lease `Lapsed` is marked dead; a dead one that `Holds` a lease
 ///   is marked alive. `Unknown` changes nothing.
-/// * A durable stream's unplaced shard is placed on the live brokers by
-///   [`MetaState::spread`], as `CreateStream` would have (no lease can exist for a shard
-///   that never had a leader, so this needs no judgement of leases).
+/// * An unplaced shard is placed on the live brokers by [`MetaState::spread`], as
+///   `CreateStream` would have (no lease can exist for a shard that never had a leader, so
+///   this needs no judgement of leases).
 /// * A shard whose leader is dead with a lapsed lease, or that has no leader, gets the
 ///   live replica with the lowest id as its leader, on a quorum stream only, and among
 ///   the in-sync replicas when records have been acknowledged. A leader-acknowledged
-///   stream's shard is left alone, unless it has never had a leader.
+///   stream's shard is left alone, unless it has never had a leader. An ephemeral shard
+///   moves to a live broker at once, replicas and all (it has one).
 pub fn decide(state: &MetaState, lease_view: &dyn Fn(u64) -> LeaseView) -> Vec<Command> {
     plan(state, lease_view).commands
 }
@@ -94,9 +100,6 @@ pub(crate) fn plan(state: &MetaState, lease_view: &dyn Fn(u64) -> LeaseView) -> 
 
     if !alive_list.is_empty() {
         for s in state.streams.values() {
-            if s.settings.durability != Durability::Durable {
-                continue;
-            }
             for shard in 0..s.settings.shards {
                 let key = ShardKey {
                     tenant: s.tenant.clone(),
@@ -107,7 +110,7 @@ pub(crate) fn plan(state: &MetaState, lease_view: &dyn Fn(u64) -> LeaseView) -> 
                 if state.placements.contains_key(&key) {
                     continue;
                 }
-                let replicas = MetaState::spread(&key, s.settings.replicas, &alive_list);
+                let replicas = MetaState::spread(&key, placed_replicas(&s.settings), &alive_list);
                 plan.commands.push(Command::SetPlacement {
                     leader: replicas.first().copied(),
                     replicas,
@@ -129,6 +132,21 @@ pub(crate) fn plan(state: &MetaState, lease_view: &dyn Fn(u64) -> LeaseView) -> 
             None => true,
         };
         if !leaderless {
+            continue;
+        }
+        if stream.settings.durability == Durability::Ephemeral {
+            // Nothing to lose: any live broker will do, and waiting for the old one would
+            // keep the shard's publishers and subscribers apart meanwhile.
+            match MetaState::spread(key, 1, &alive_list).first() {
+                Some(&b) => plan.commands.push(Command::SetPlacement {
+                    shard: key.clone(),
+                    replicas: vec![b],
+                    leader: Some(b),
+                }),
+                None => plan
+                    .stuck
+                    .push((key.clone(), "no live broker to take it over")),
+            }
             continue;
         }
         if stream.settings.consistency == Consistency::Leader

@@ -572,6 +572,16 @@ pub mod shard_map {
     }
 }
 
+/// How many brokers a stream's shard is placed on. A durable shard has its replica set;
+/// an ephemeral shard keeps nothing to copy, so it is placed on one broker, its leader:
+/// publishers and subscribers meet there, whichever broker they reached.
+pub fn placed_replicas(settings: &StreamSettings) -> u32 {
+    match settings.durability {
+        Durability::Durable => settings.replicas,
+        Durability::Ephemeral => 1,
+    }
+}
+
 /// 64-bit FNV-1a: a fixed hash, so placement is the same on every node and every build
 /// (std's hasher is randomly seeded).
 fn fnv1a(bytes: &[u8]) -> u64 {
@@ -1044,9 +1054,9 @@ impl MetaState {
             .collect()
     }
 
-    /// Places the given shards of a durable stream on the live brokers (generation 1,
-    /// led by the first replica). Without a live broker they stay unplaced, for the
-    /// failover controller to place once one registers.
+    /// Places the given shards of a stream on the live brokers (generation 1, led by the
+    /// first replica). Without a live broker they stay unplaced, for the failover controller
+    /// to place once one registers.
     fn place_new_shards(
         &mut self,
         tenant: &str,
@@ -1061,12 +1071,9 @@ impl MetaState {
         else {
             return;
         };
-        let (durable, replicas) = (
-            settings.durability == Durability::Durable,
-            settings.replicas,
-        );
+        let replicas = placed_replicas(settings);
         let alive = self.alive_brokers();
-        if !durable || alive.is_empty() {
+        if alive.is_empty() {
             return;
         }
         for shard in shards {

@@ -150,7 +150,7 @@ fn replicas_are_capped_by_the_live_brokers() {
 }
 
 #[test]
-fn shards_stay_unplaced_without_a_live_broker_and_ephemeral_streams_are_not_placed() {
+fn shards_stay_unplaced_without_a_live_broker_and_ephemeral_shards_get_one_leader() {
     let mut none = with_brokers(&[]);
     create(&mut none, "early", StreamSettings::default());
     assert!(none.placements.is_empty());
@@ -159,16 +159,27 @@ fn shards_stay_unplaced_without_a_live_broker_and_ephemeral_streams_are_not_plac
     create(&mut dead, "early", StreamSettings::default());
     assert!(dead.placements.is_empty());
 
-    let mut s = with_brokers(&[(1, true)]);
+    // An ephemeral shard is one log on one leader too: placed on a single broker, whatever
+    // `replicas` says, so publishers and subscribers on any broker meet there.
+    let mut s = with_brokers(&[(1, true), (2, true), (3, true)]);
     create(
         &mut s,
         "memory",
         StreamSettings {
             durability: Durability::Ephemeral,
+            replicas: 3,
+            shards: 2,
             ..StreamSettings::default()
         },
     );
-    assert!(s.placements.is_empty());
+    assert_eq!(s.placements.len(), 2);
+    for k in 0..2 {
+        let p = &s.placements[&shard("memory", k)];
+        let expected = MetaState::spread(&shard("memory", k), 1, &[1, 2, 3]);
+        assert_eq!(p.replicas, expected);
+        assert_eq!(p.leader, expected.first().copied());
+        assert_eq!(p.generation, 1);
+    }
 }
 
 #[test]
@@ -574,6 +585,64 @@ fn a_leader_acknowledged_shard_is_never_promoted() {
         }
     });
     assert!(decide(&s, &*view).is_empty());
+}
+
+#[test]
+fn an_ephemeral_shard_is_taken_over_at_once_by_a_live_broker() {
+    let mut s = with_brokers(&[(1, true), (2, true), (3, true)]);
+    create(
+        &mut s,
+        "memory",
+        StreamSettings {
+            durability: Durability::Ephemeral,
+            ..StreamSettings::default()
+        },
+    );
+    let k = shard("memory", 0);
+    let leader = s.placements[&k].leader.expect("leader");
+    let view = views(move |b| {
+        if b == leader {
+            LeaseView::Lapsed
+        } else {
+            LeaseView::Holds
+        }
+    });
+    // Unlike a Leader durable shard, it does not wait for its broker: the decision that
+    // marks the leader dead also hands the shard to a live broker.
+    let alive: Vec<u64> = [1, 2, 3].into_iter().filter(|b| *b != leader).collect();
+    let successor = MetaState::spread(&k, 1, &alive)[0];
+    let cmds = decide(&s, &*view);
+    assert_eq!(
+        cmds,
+        vec![
+            Command::SetBrokerAlive {
+                id: leader,
+                alive: false
+            },
+            Command::SetPlacement {
+                shard: k.clone(),
+                replicas: vec![successor],
+                leader: Some(successor),
+            },
+        ]
+    );
+    for c in &cmds {
+        ok(&mut s, c.clone());
+    }
+    let p = &s.placements[&k];
+    assert_eq!((p.leader, p.generation), (Some(successor), 2));
+    assert!(decide(&s, &*view).is_empty(), "nothing more to do");
+
+    // Judged by a meta leader that cannot tell yet, nothing moves.
+    let unknown = views(|_| LeaseView::Unknown);
+    ok(
+        &mut s,
+        Command::SetBrokerAlive {
+            id: successor,
+            alive: false,
+        },
+    );
+    assert!(decide(&s, &*unknown).is_empty());
 }
 
 #[test]
