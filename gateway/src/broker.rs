@@ -81,6 +81,10 @@ pub fn command_error(e: &CommandError) -> ErrorBody {
         CommandError::StaleGeneration { .. } => {
             err(codes::SHARD_UNAVAILABLE, "fenced", e.to_string()).retry_after(200)
         }
+        // The name frees itself once the old objects are gone (object_deletes.rs).
+        CommandError::BeingDeleted { .. } => {
+            err(codes::ALREADY_EXISTS, "stream_being_deleted", e.to_string()).retry_after(1000)
+        }
     }
 }
 
@@ -631,10 +635,6 @@ pub struct Broker {
     /// Hot history blocks shared by catching-up subscribers of every shard.
     hot_reads: Arc<felix_hot::ReadCache>,
     tier_observer: Arc<dyn TierObserver>,
-    /// Object-key prefixes of deleted streams whose objects are still being deleted: a
-    /// stream of the same name cannot be created until that is done, or the deletion
-    /// could remove the new stream's objects.
-    deleting: Arc<Mutex<BTreeSet<String>>>,
     /// Part of a cluster: shards have leaders and replicas (else this node leads all).
     cluster: bool,
     /// This broker, for tasks it starts from `&self`.
@@ -758,7 +758,6 @@ impl Broker {
             cold_cache,
             hot_reads: Arc::new(felix_hot::ReadCache::new(config.hot_read_cache_bytes)),
             tier_observer,
-            deleting: Arc::new(Mutex::new(BTreeSet::new())),
             cluster: config.cluster.len() > 1,
             self_ref: std::sync::OnceLock::new(),
             lease: Arc::new(Lease::default()),
@@ -778,6 +777,9 @@ impl Broker {
         }
         tokio::spawn(open_durable_shards(Arc::downgrade(&broker)));
         tokio::spawn(watch_deletes(Arc::downgrade(&broker)));
+        tokio::spawn(crate::object_deletes::finish_object_deletes(
+            Arc::downgrade(&broker),
+        ));
         Ok(broker)
     }
 
@@ -885,18 +887,6 @@ impl Broker {
         name: &str,
         config: StreamConfig,
     ) -> Result<StreamInfo, ErrorBody> {
-        let prefix = stream_prefix(tenant, namespace, name);
-        if self.deleting.lock().contains(&prefix) {
-            return Err(err(
-                codes::ALREADY_EXISTS,
-                "stream_being_deleted",
-                format!(
-                    "a stream {tenant}/{namespace}/{name} was deleted and its objects are still \
-                     being removed from the object store; retry once that is done"
-                ),
-            )
-            .retry_after(1000));
-        }
         let d = StreamSettings::default();
         let settings = StreamSettings {
             // The spec: a stream is ephemeral unless declared durable.
@@ -1163,44 +1153,11 @@ impl Broker {
         })
         .await?;
         retire_stream(&mut self.shards.lock(), tenant, namespace, name);
-        // The manifest is gone with the stream; its objects go too, in the background.
-        let store = self.tier_store.clone();
-        let cache = self.cold_cache.clone();
-        let prefix = stream_prefix(tenant, namespace, name);
-        let deleting = self.deleting.clone();
-        deleting.lock().insert(prefix.clone());
-        tokio::spawn(async move {
-            for object in &objects {
-                cache.forget(object);
-            }
-            let mut backoff = Duration::from_millis(200);
-            // Listing (rather than the manifest) also finds objects of uploads whose record
-            // never committed. Retried until it succeeds: the name stays reserved meanwhile.
-            loop {
-                let result = match store.list(&prefix).await {
-                    Ok(listed) => {
-                        let mut failed = None;
-                        for (key, _) in listed {
-                            if let Err(e) = store.delete(&key).await {
-                                failed = Some(e);
-                            }
-                        }
-                        failed.map_or(Ok(()), Err)
-                    }
-                    Err(e) => Err(e),
-                };
-                match result {
-                    Ok(()) => break,
-                    Err(e) => {
-                        warn!(prefix, error = %e, retry_in = ?backoff,
-                            "could not delete a deleted stream's objects");
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_secs(30));
-                    }
-                }
-            }
-            deleting.lock().remove(&prefix);
-        });
+        // The objects themselves are removed by the Raft leader's broker, which frees the
+        // name once they are gone (object_deletes.rs); this broker drops what it cached.
+        for object in &objects {
+            self.cold_cache.forget(object);
+        }
         let dir = self.stream_dir(tenant, namespace, name);
         if dir.exists()
             && let Err(e) = std::fs::remove_dir_all(&dir)
@@ -2348,10 +2305,6 @@ impl Broker {
 }
 
 /// The object-key prefix of a stream's objects.
-fn stream_prefix(tenant: &str, namespace: &str, name: &str) -> String {
-    format!("tenant={tenant}/namespace={namespace}/stream={name}/")
-}
-
 /// A durable shard's offsets and tier sizes.
 fn shard_info(k: u32, tier: &TieredShard) -> ShardInfo {
     let m = tier.manifest.snapshot();

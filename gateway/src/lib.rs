@@ -10,6 +10,7 @@
 //! * [`disk`] — the data volume's free space and the reserve publishes leave for the control plane.
 //! * [`corruption`] — stored data that fails its checks: the error, the counter, the log.
 //! * [`ephemeral`] — ephemeral shards: publishing at most once, one leader per shard.
+//! * [`object_deletes`] — removing a deleted stream's objects, by the Raft leader's broker.
 //! * [`producers`] — idempotent producers' sequences per shard.
 //! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
 
@@ -25,6 +26,7 @@ pub mod disk;
 pub mod ephemeral;
 pub mod kafka;
 pub mod metrics;
+pub mod object_deletes;
 pub mod producers;
 pub mod replication;
 pub mod server;

@@ -311,6 +311,12 @@ pub enum CommandError {
     NotEmpty { kind: String, name: String },
     #[error("invalid command: {0}")]
     Invalid(String),
+    /// The name belongs to a deleted stream whose objects are still being removed.
+    #[error(
+        "stream {name:?} was deleted and its objects are still being removed from the object \
+         store; retry once that is done"
+    )]
+    BeingDeleted { name: String },
     /// A shard leader spoke for a generation that is no longer (or not yet) the shard's:
     /// it has been replaced and must stop serving the shard.
     #[error("shard {shard}: generation {given} is stale, the current generation is {current}")]
@@ -384,6 +390,12 @@ pub enum Command {
         expected_version: Option<u64>,
     },
     DeleteStream {
+        tenant: String,
+        namespace: String,
+        name: String,
+    },
+    /// A deleted stream's objects are gone from the object store: its name is free again.
+    ObjectsDeleted {
         tenant: String,
         namespace: String,
         name: String,
@@ -517,6 +529,13 @@ pub struct MetaState {
     /// Streams created so far: the last [`Stream::incarnation`] handed out.
     #[serde(default)]
     pub stream_incarnations: u64,
+    /// Deleted streams ("tenant/namespace/stream") whose objects may still be in the object
+    /// store. The name stays reserved until a broker has removed them and said so
+    /// ([`Command::ObjectsDeleted`]): a stream created under it would write objects under the
+    /// same keys, which the removal could take. Kept here, not in a broker's memory, so a
+    /// crash mid-way leaves the job for whichever broker does it next.
+    #[serde(default)]
+    pub deleting_objects: BTreeSet<String>,
 }
 
 /// (De)serializes a map keyed by [`ShardKey`] as a list of `[key, value]` pairs: JSON map
@@ -669,6 +688,9 @@ impl MetaState {
                 if self.streams.contains_key(&key) {
                     return Err(exists("stream", key));
                 }
+                if self.deleting_objects.contains(&key) {
+                    return Err(CommandError::BeingDeleted { name: key });
+                }
                 self.stream_incarnations += 1;
                 self.streams.insert(
                     key,
@@ -720,8 +742,12 @@ impl MetaState {
                 name,
             } => {
                 let key = stream_key(tenant, namespace, name);
-                if self.streams.remove(&key).is_none() {
+                let Some(stream) = self.streams.remove(&key) else {
                     return Err(missing("stream", key));
+                };
+                // Only a durable stream can have written objects.
+                if stream.settings.durability == Durability::Durable {
+                    self.deleting_objects.insert(key);
                 }
                 let gone = |k: &ShardKey| {
                     k.tenant == *tenant && k.namespace == *namespace && k.stream == *name
@@ -730,6 +756,16 @@ impl MetaState {
                 self.replication.retain(|k, _| !gone(k));
                 self.manifests.retain(|k, _| !gone(k));
                 self.manifest_floors.retain(|k, _| !gone(k));
+                Ok(Applied::Done)
+            }
+            Command::ObjectsDeleted {
+                tenant,
+                namespace,
+                name,
+            } => {
+                // Idempotent: a broker that finished after another did changes nothing.
+                self.deleting_objects
+                    .remove(&stream_key(tenant, namespace, name));
                 Ok(Applied::Done)
             }
             Command::RegisterBroker { broker } => {

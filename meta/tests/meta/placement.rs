@@ -702,6 +702,61 @@ fn an_unplaced_shard_is_placed_as_create_would_have() {
 
 /// Every refusal survives the trip between brokers: a non-leader relays the leader's answer
 /// as JSON, and the client must get the same typed error the leader would have given.
+/// A deleted durable stream's name stays reserved until a broker reports its objects gone
+/// (a stream created under it would write objects under the same keys); the reservation
+/// is state, so it survives a crash of the broker that was removing them. An ephemeral
+/// stream has no objects and frees its name at once.
+#[test]
+fn a_deleted_durable_streams_name_stays_reserved_until_its_objects_are_gone() {
+    let mut s = with_brokers(&[(1, true)]);
+    create(&mut s, "gone", settings(Consistency::Leader, 1, 1));
+    let delete = Command::DeleteStream {
+        tenant: "t".into(),
+        namespace: "n".into(),
+        name: "gone".into(),
+    };
+    ok(&mut s, delete.clone());
+    assert!(s.deleting_objects.contains("t/n/gone"));
+    let again = Command::CreateStream {
+        tenant: "t".into(),
+        namespace: "n".into(),
+        name: "gone".into(),
+        settings: settings(Consistency::Leader, 1, 1),
+    };
+    assert_eq!(
+        s.apply(&again),
+        Err(CommandError::BeingDeleted {
+            name: "t/n/gone".into()
+        })
+    );
+    // The reservation is part of the state a snapshot carries.
+    let restored: MetaState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+    assert!(restored.deleting_objects.contains("t/n/gone"));
+
+    let done = Command::ObjectsDeleted {
+        tenant: "t".into(),
+        namespace: "n".into(),
+        name: "gone".into(),
+    };
+    ok(&mut s, done.clone());
+    ok(&mut s, done);
+    assert!(s.deleting_objects.is_empty());
+    ok(&mut s, again);
+
+    let mut ephemeral = settings(Consistency::Leader, 1, 1);
+    ephemeral.durability = Durability::Ephemeral;
+    create(&mut s, "live", ephemeral);
+    ok(
+        &mut s,
+        Command::DeleteStream {
+            tenant: "t".into(),
+            namespace: "n".into(),
+            name: "live".into(),
+        },
+    );
+    assert!(s.deleting_objects.is_empty());
+}
+
 #[test]
 fn every_command_refusal_round_trips_as_json() {
     let refusals = [
@@ -726,6 +781,9 @@ fn every_command_refusal_round_trips_as_json() {
             shard: "t/ns/s/0".into(),
             given: 1,
             current: 2,
+        },
+        CommandError::BeingDeleted {
+            name: "t/ns/s".into(),
         },
     ];
     for refusal in refusals {
