@@ -430,9 +430,11 @@ async fn lagged_subscriptions_of(broker: &Broker, tenant: &str) -> f64 {
         .sum()
 }
 
-/// Spec ("Fanout Fairness"): a subscriber holds at most `subscriber_queue_max_bytes` of
-/// payload however many slots it has; a subscriber that stops reading is dropped from once
-/// that is full while the others keep receiving, and the broker's memory stays bounded.
+/// Spec ("Fanout Fairness"): a subscription whose writes to QUIC are blocked stops taking
+/// from its queue (what it holds outside the queue is bounded by its egress share), so its
+/// queue fills; the queue holds at most `subscriber_queue_max_bytes` of payload however
+/// many slots it has; past that it is dropped from while the others keep receiving, and
+/// the broker's memory stays bounded.
 /// The broker is configured as the spec's example shows, writer lanes and all: settings
 /// this design has no use for are accepted and noted in the log, not refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
