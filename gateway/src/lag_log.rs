@@ -50,7 +50,7 @@ impl LagEpisode {
         let recent = self
             .last_logged
             .is_some_and(|at| now.duration_since(at) < PER_SUBSCRIBER);
-        if recent || !broker_allows(now) {
+        if recent || !window_allows(&BROKER_WINDOW, now) {
             self.logged = false;
             SUPPRESSED.fetch_add(1, Ordering::Relaxed);
             return;
@@ -90,9 +90,9 @@ impl LagEpisode {
     }
 }
 
-/// Whether the broker-wide budget has room for one more start at `now`.
-fn broker_allows(now: Instant) -> bool {
-    let mut window = BROKER_WINDOW.lock();
+/// Whether `window` (the broker-wide budget) has room for one more start at `now`.
+fn window_allows(window: &Mutex<Option<(Instant, u32)>>, now: Instant) -> bool {
+    let mut window = window.lock();
     match &mut *window {
         Some((start, count)) if now.duration_since(*start) < WINDOW => {
             if *count >= BURST {
@@ -121,5 +121,16 @@ mod tests {
         // A new episode right after: counted, not logged.
         e.dropped(1, "t", 20, false);
         assert!(!e.logged);
+    }
+
+    #[test]
+    fn the_broker_logs_at_most_a_burst_of_starts_per_window() {
+        let window = Mutex::new(None);
+        let t0 = Instant::now();
+        for _ in 0..BURST {
+            assert!(window_allows(&window, t0));
+        }
+        assert!(!window_allows(&window, t0 + WINDOW / 2), "over the burst");
+        assert!(window_allows(&window, t0 + WINDOW), "a new window");
     }
 }
