@@ -2,7 +2,9 @@
 //! so one tenant flooding the broker fills only its own share. Tenant `a` floods with many
 //! concurrent publishers (commit-acked and fire-and-forget) against a small queue; tenant `b`
 //! publishes steadily with acknowledgements throughout and is never refused as overloaded.
-//! The broker's `felix_tenant_publish_queue_full_total` names `a` and never `b`.
+//! The broker's `felix_tenant_publish_queue_full_total` names `a` and never `b`. Then what
+//! becomes of a publish that finds no room, by how it is acknowledged: refused at once,
+//! waiting under `pub_ingress_wait`, or refused past 1,024 answers owed on its connection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

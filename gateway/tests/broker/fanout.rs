@@ -2,7 +2,9 @@
 //! subscriber lags alone. Its QUIC stream fills, then its small queue, then it is dropped from
 //! and — the stream being durable — ended with `subscription_lagged` after what was queued;
 //! a fast subscriber beside it receives everything; resubscribing from the resume offset
-//! yields the rest with no gap.
+//! yields the rest with no gap. A client without the lagged feature keeps its subscription
+//! past a drop; falling behind is logged once per episode; a subscriber that stops reading
+//! holds no more than its queue's byte bound.
 
 use bytes::Bytes;
 use felix_client::{
