@@ -108,6 +108,11 @@ pub struct ClientConfig {
     /// a broker started with `ack_on_commit: false` (sends `AckMode::Commit` for
     /// `AckMode::Batch`).
     pub ack_on_commit: bool,
+    /// The feature bits offered in `Hello` (default [`features::ALL`]); the connection uses
+    /// those the broker agrees to ([`Client::features`]). Leaving out
+    /// [`features::SUBSCRIPTION_LAGGED`] keeps a durable subscription open past a drop: the
+    /// drop shows as a jump between consecutive offsets instead of ending it.
+    pub features: u64,
 }
 
 impl Default for ClientConfig {
@@ -120,6 +125,7 @@ impl Default for ClientConfig {
             compression: Compression::None,
             max_frame: DEFAULT_MAX_FRAME,
             ack_on_commit: false,
+            features: features::ALL,
         }
     }
 }
@@ -259,7 +265,7 @@ impl Client {
 
         let hello = Request::Hello {
             version: PROTOCOL_VERSION,
-            features: features::ALL,
+            features: config.features,
             client: config.name.clone(),
         };
         let response = request::call(

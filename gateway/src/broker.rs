@@ -185,6 +185,8 @@ struct SubQueue {
     /// Batches wholly below this offset are not for this subscriber (it joined the fanout
     /// below the offset it asked to start at).
     start: u64,
+    /// Whether it is behind now, for the log.
+    lag: crate::lag_log::LagEpisode,
 }
 
 /// The consumer end of a subscriber's queue.
@@ -218,6 +220,7 @@ fn sub_queue(
             tenant: tenant.to_owned(),
             announce_drops,
             start,
+            lag: Default::default(),
         },
         SubReceiver { rx, bytes, lagged },
     )
@@ -261,7 +264,7 @@ impl Fanout {
     fn offer(&self, batch: LiveBatch, metrics: &Metrics) {
         let mut inner = self.inner.lock();
         inner.cursor = inner.cursor.max(batch.next_offset);
-        inner.subscribers.retain(|q| {
+        inner.subscribers.retain_mut(|q| {
             if batch.next_offset <= q.start {
                 return true;
             }
@@ -270,11 +273,15 @@ impl Fanout {
             let sent = !over_bytes && q.tx.try_send(Delivery::Batch(batch.clone())).is_ok();
             if sent {
                 q.bytes.fetch_add(len, Ordering::AcqRel);
+                q.lag.delivered(q.id, &q.tenant);
                 return true;
             }
             if q.tx.is_closed() {
                 return false;
             }
+            let first_dropped = batch.first_offset.max(q.start);
+            q.lag
+                .dropped(q.id, &q.tenant, first_dropped, q.announce_drops);
             metrics
                 .sub_queue_dropped
                 .get_or_create(&Metrics::tenant(&q.tenant))
@@ -288,8 +295,7 @@ impl Fanout {
                 .sub_lagged
                 .get_or_create(&Metrics::tenant(&q.tenant))
                 .inc();
-            q.lagged
-                .store(batch.first_offset.max(q.start), Ordering::Release);
+            q.lagged.store(first_dropped, Ordering::Release);
             false
         });
     }
@@ -422,6 +428,9 @@ enum SubState {
         tenant: String,
         capacity: usize,
         max_bytes: usize,
+        /// Drops end the subscription with `subscription_lagged` (the client offered the
+        /// feature); otherwise they show as offset jumps and it carries on.
+        announce_drops: bool,
     },
     /// Ephemeral: live only.
     Ephemeral {
@@ -451,6 +460,16 @@ impl Subscription {
     /// batch larger than the share is still sent whole: batches are never split.)
     pub fn set_egress_share(&mut self, bytes: usize) {
         self.read_limit = bytes.clamp(4096, MAX_HISTORY_READ);
+    }
+
+    /// For a client that did not offer `FEATURE_SUBSCRIPTION_LAGGED`: a durable
+    /// subscription's drops are counted and skipped, as an ephemeral one's are, and the
+    /// subscription carries on (the records' offsets show the jump). Call before the first
+    /// [`Subscription::next`].
+    pub fn keep_through_drops(&mut self) {
+        if let SubState::Durable { announce_drops, .. } = &mut self.state {
+            *announce_drops = false;
+        }
     }
 
     /// The next batch(es) to send. History is read from the log without any drop; once the
@@ -483,6 +502,7 @@ impl Subscription {
                     tenant,
                     capacity,
                     max_bytes,
+                    announce_drops,
                 } => {
                     if shard.closed.load(Ordering::Acquire) {
                         return SubEvent::Closed;
@@ -507,7 +527,14 @@ impl Subscription {
                     {
                         let mut inner = shard.fanout.inner.lock();
                         if *pos >= inner.cursor {
-                            let (q, rx) = sub_queue(*id, *capacity, *max_bytes, tenant, true, *pos);
+                            let (q, rx) = sub_queue(
+                                *id,
+                                *capacity,
+                                *max_bytes,
+                                tenant,
+                                *announce_drops,
+                                *pos,
+                            );
                             inner.subscribers.push(q);
                             *queue = Some(rx);
                             continue;
@@ -1615,7 +1642,10 @@ impl Broker {
             Ok(p) => p,
             Err(_) => {
                 let action = match ack {
-                    AckMode::None => "shed",
+                    AckMode::None if !self.config.pub_ingress_wait => "shed",
+                    // With pub_ingress_wait a fire-and-forget publish waits as a
+                    // commit-acked one does.
+                    AckMode::None => "waited",
                     _ if commit_ack => "waited",
                     _ => "rejected",
                 };
@@ -1642,6 +1672,17 @@ impl Broker {
                         let wait = Duration::from_millis(self.config.publish_queue_wait_timeout_ms);
                         match tokio::time::timeout(wait, slots.acquire_owned()).await {
                             Ok(Ok(p)) => p,
+                            // Nobody to tell: shed after all, and counted as such.
+                            _ if ack == AckMode::None => {
+                                self.metrics
+                                    .publish_queue_full
+                                    .get_or_create(&TenantAction {
+                                        tenant: tenant.to_owned(),
+                                        action: "shed".to_owned(),
+                                    })
+                                    .inc();
+                                return Ok(None);
+                            }
                             _ => return Err(full()),
                         }
                     }
@@ -1882,6 +1923,7 @@ impl Broker {
                 tenant: tenant.to_owned(),
                 capacity,
                 max_bytes,
+                announce_drops: true,
             },
         })
     }

@@ -11,6 +11,9 @@
 //! * [`corruption`] — stored data that fails its checks: the error, the counter, the log.
 //! * [`ephemeral`] — ephemeral shards: publishing at most once, one leader per shard.
 //! * [`object_deletes`] — removing a deleted stream's objects, by the Raft leader's broker.
+//! * [`inert_settings`] — the spec's example settings this design ignores, accepted and noted.
+//! * [`publish_gate`] — per-connection limit on publish answers owed.
+//! * [`lag_log`] — one log line per episode of a subscriber falling behind.
 //! * [`producers`] — idempotent producers' sequences per shard.
 //! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
 
@@ -24,10 +27,13 @@ pub mod config;
 pub mod corruption;
 pub mod disk;
 pub mod ephemeral;
+pub mod inert_settings;
 pub mod kafka;
+pub mod lag_log;
 pub mod metrics;
 pub mod object_deletes;
 pub mod producers;
+pub mod publish_gate;
 pub mod replication;
 pub mod server;
 pub mod stream_files;

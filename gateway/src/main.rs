@@ -85,6 +85,14 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    let config_file = cli
+        .config
+        .config
+        .clone()
+        .or_else(|| std::env::var_os(config::CONFIG_ENV).map(std::path::PathBuf::from));
+    felix_gateway::inert_settings::log_notes(config_file.as_deref(), &|var| {
+        std::env::var(var).ok()
+    });
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {

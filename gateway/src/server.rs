@@ -14,14 +14,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use bytes::Bytes;
 use felix_wire::BatchHeader;
 use felix_wire::protocol::{
-    ErrorBody, Event, Frame, FrameError, FrameKind, PROTOCOL_VERSION, Request, Response, codes,
-    features,
+    AckMode, ErrorBody, Event, Frame, FrameError, FrameKind, PROTOCOL_VERSION, Request, Response,
+    codes, features,
 };
 use tokio::sync::watch;
 use tracing::debug;
 
 use crate::broker::{Broker, SubEvent};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, TenantAction};
+use crate::publish_gate::{AnswersOwed, too_many_owed};
 
 /// Accepts connections until `shutdown` turns true.
 pub async fn serve_quic(
@@ -80,6 +81,8 @@ struct Session {
     features: AtomicU64,
     /// Open subscriptions on this connection: they split `subscriber_egress_max_bytes`.
     subscriptions: std::sync::atomic::AtomicUsize,
+    /// Acked publishes read and not yet answered.
+    answers_owed: AnswersOwed,
 }
 
 async fn handle_connection(incoming: quinn::Incoming, broker: Arc<Broker>) {
@@ -96,6 +99,7 @@ async fn handle_connection(incoming: quinn::Incoming, broker: Arc<Broker>) {
         hello: AtomicBool::new(false),
         features: AtomicU64::new(0),
         subscriptions: std::sync::atomic::AtomicUsize::new(0),
+        answers_owed: AnswersOwed::default(),
     });
     loop {
         match conn.accept_bi().await {
@@ -236,6 +240,29 @@ async fn handle_stream(
         let _ = send.finish();
         return;
     }
+    // An acked publish owes an answer from here until it is written (`_owed` is dropped at
+    // the end); past the connection's limit it is refused before anything is queued.
+    let _owed = match &request {
+        Request::Publish { tenant, ack, .. } if *ack != AckMode::None => {
+            match session.answers_owed.take() {
+                Some(owed) => Some(owed),
+                None => {
+                    broker
+                        .metrics()
+                        .publish_queue_full
+                        .get_or_create(&TenantAction {
+                            tenant: tenant.clone(),
+                            action: "rejected".into(),
+                        })
+                        .inc();
+                    respond(&mut send, &Response::Error(too_many_owed(tenant))).await;
+                    let _ = send.finish();
+                    return;
+                }
+            }
+        }
+        _ => None,
+    };
     let response = match request {
         Request::Hello {
             version,
@@ -406,6 +433,11 @@ async fn serve_subscription(
             return;
         }
     };
+    if !announce_lag {
+        // The spec: a client that did not offer the feature keeps its subscription and
+        // sees a drop as a jump between consecutive offsets.
+        sub.keep_through_drops();
+    }
     let metrics = broker.metrics().clone();
     metrics.subscriptions_active.inc();
     let _guard = SubGuard(metrics.clone());
@@ -465,8 +497,8 @@ async fn serve_subscription(
                 );
                 body.resume_offset = Some(resume_offset);
                 if !announce_lag {
-                    // A client without the feature sees the stream end; the offsets it has
-                    // seen tell it where to resume.
+                    // Not reached (its queue skips drops), but should one come: end the
+                    // stream; the offsets the client has seen tell it where to resume.
                     return;
                 }
                 body

@@ -477,6 +477,17 @@ pub struct ErrorBody {
     pub leader: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_addr: Option<String>,
+    /// `{reason}` again, in the shape the delivery-semantics spec writes (`detail.reason`).
+    /// Set on every error this build sends; absent from an older broker's, so read `reason`
+    /// when it is missing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<ErrorDetail>,
+}
+
+/// The nested part of an [`ErrorBody`]: `detail.reason` repeats its `reason`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub reason: String,
 }
 
 /// Stable error codes. A retired code stays retired: never reuse a number.
@@ -526,6 +537,9 @@ impl ErrorBody {
             earliest_offset: None,
             leader: None,
             leader_addr: None,
+            detail: Some(ErrorDetail {
+                reason: reason.to_owned(),
+            }),
         }
     }
     /// Marks the error retryable after `ms`.
@@ -577,6 +591,19 @@ mod tests {
             g.header::<Request>(),
             Ok(Request::Publish { shard: 2, .. })
         ));
+    }
+
+    #[test]
+    fn an_error_carries_its_reason_at_the_top_and_in_detail_and_reads_without_detail() {
+        let e = ErrorBody::new(codes::OVERLOADED, "publish_queue_full", "full").retry_after(50);
+        let json: serde_json::Value = serde_json::to_value(&e).unwrap();
+        assert_eq!(json["reason"], "publish_queue_full");
+        assert_eq!(json["detail"]["reason"], "publish_queue_full");
+        // An older broker's error, without `detail`, still reads.
+        let old =
+            r#"{"code":9,"reason":"publish_queue_full","message":"full","retry_after_ms":50}"#;
+        let parsed: ErrorBody = serde_json::from_str(old).unwrap();
+        assert_eq!((parsed.code, parsed.detail), (codes::OVERLOADED, None));
     }
 
     #[test]

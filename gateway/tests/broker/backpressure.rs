@@ -2,7 +2,9 @@
 //! so one tenant flooding the broker fills only its own share. Tenant `a` floods with many
 //! concurrent publishers (commit-acked and fire-and-forget) against a small queue; tenant `b`
 //! publishes steadily with acknowledgements throughout and is never refused as overloaded.
-//! The broker's `felix_tenant_publish_queue_full_total` names `a` and never `b`.
+//! The broker's `felix_tenant_publish_queue_full_total` names `a` and never `b`. Then what
+//! becomes of a publish that finds no room, by how it is acknowledged: refused at once,
+//! waiting under `pub_ingress_wait`, or refused past 1,024 answers owed on its connection.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -183,5 +185,223 @@ async fn one_tenant_flooding_does_not_starve_another() {
     assert!(
         b_lines.is_empty() && b_full == 0.0,
         "tenant b's queue was never full: {b_lines:?}"
+    );
+}
+
+/// Records the stream's one shard holds before a commit-acked marker published now: its
+/// offset. Everything the broker took before is written by the time the marker is.
+async fn records_before_marker(client: &felix_client::Client, tenant: &str) -> u64 {
+    client
+        .publish(tenant, NS, STREAM, Message::new("marker"), AckMode::Commit)
+        .await
+        .expect("marker publish")
+        .expect("a commit-acked publish is acknowledged")
+        .base_offset
+}
+
+/// The `felix_tenant_publish_queue_full_total` count for one tenant and action.
+fn queue_full_count(text: &str, tenant: &str, action: &str) -> f64 {
+    metric_lines(text, "felix_tenant_publish_queue_full_total")
+        .iter()
+        .filter(|l| {
+            l.contains(&format!("tenant=\"{tenant}\""))
+                && l.contains(&format!("action=\"{action}\""))
+        })
+        .map(|l| metric_value(l))
+        .sum()
+}
+
+/// Asserts `e` is the spec's retryable refusal: `overloaded`, reason (top level and
+/// `detail.reason`) `publish_queue_full`, with `retry_after_ms`.
+fn assert_retryable_queue_full(e: &felix_client::ErrorBody) {
+    assert_eq!(e.code, codes::OVERLOADED, "{e}");
+    assert_eq!(e.reason, "publish_queue_full", "{e}");
+    assert_eq!(
+        e.detail.as_ref().map(|d| d.reason.as_str()),
+        Some("publish_queue_full"),
+        "the reason is also given as detail.reason: {e:?}"
+    );
+    assert!(e.retry_after_ms.is_some(), "retryable: {e}");
+}
+
+/// Spec ("Publisher queue"), on one broker with one publish slot per tenant and publishes
+/// that would wait a minute for room:
+/// 1. an enqueue-acked publish that finds no room is answered at once with the retryable
+///    `overloaded` (`detail.reason = "publish_queue_full"`), and nothing of it was queued;
+/// 2. with `pub_ingress_wait`, a fire-and-forget publish waits for room instead of being
+///    shed, so every record lands;
+/// 3. past 1,024 answers owed on a connection (every request being its own QUIC stream,
+///    the limit is per connection), the next acked publish is refused with the same
+///    retryable `overloaded` before it is queued.
+///
+/// Each refusal or wait is counted in `felix_tenant_publish_queue_full_total{tenant,action}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_without_room_are_refused_at_once_wait_with_pub_ingress_wait_or_are_refused_past_1024_answers_owed()
+ {
+    let broker = Broker::start(
+        BrokerOptions::new()
+            .fsync("on_commit")
+            .env("FELIX_ACK_ON_COMMIT", 0)
+            .env("FELIX_PUB_QUEUE_DEPTH", 1)
+            .env("FELIX_PUBLISH_QUEUE_WAIT_TIMEOUT_MS", 60_000)
+            .env("FELIX_PUB_INGRESS_WAIT", 1),
+    )
+    .await;
+    let admin = broker.client().await;
+    let payload = Bytes::from(vec![b'p'; 64 * 1024]);
+    let clients = [broker.client().await, broker.client().await];
+
+    // 1. Enqueue-acked publishes (`batch` on a broker that acks on enqueue) race for the one
+    // slot until one is refused. Were it made to wait, it would wait a minute and pass.
+    durable_stream(&admin, "enq", NS, STREAM, 1).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(AtomicU64::new(0));
+    let refusal = Arc::new(Mutex::new(None));
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let client = clients[t % 2].clone();
+        let (stop, acked, refusal, payload) = (
+            stop.clone(),
+            acked.clone(),
+            refusal.clone(),
+            payload.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Acquire) {
+                let m = Message::new(payload.clone());
+                match client.publish("enq", NS, STREAM, m, AckMode::Batch).await {
+                    Ok(_) => {
+                        acked.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(ClientError::Broker(body)) => {
+                        *refusal.lock() = Some(body);
+                        stop.store(true, Ordering::Release);
+                    }
+                    Err(e) => panic!("enqueue-acked publish: {e:?}"),
+                }
+            }
+        }));
+    }
+    let finished = tokio::time::timeout(PATIENCE, async {
+        for t in tasks {
+            t.await.expect("publishing task");
+        }
+    })
+    .await;
+    stop.store(true, Ordering::Release);
+    assert!(
+        finished.is_ok(),
+        "no enqueue-acked publish was refused within {PATIENCE:?} ({} acknowledged): \
+         did one wait for room?",
+        acked.load(Ordering::Relaxed)
+    );
+    let body = refusal.lock().take().expect("a refusal");
+    assert_retryable_queue_full(&body);
+    // Nothing of a refused publish was queued: the log holds exactly the acknowledged ones.
+    assert_eq!(
+        records_before_marker(&admin, "enq").await,
+        acked.load(Ordering::Relaxed)
+    );
+    let text = broker.metrics().await;
+    assert!(queue_full_count(&text, "enq", "rejected") >= 1.0);
+    assert_eq!(
+        queue_full_count(&text, "enq", "waited"),
+        0.0,
+        "an enqueue-acked publish never waits for room"
+    );
+
+    // 2. Fire-and-forget publishes race for the slot until one has had to wait; none is
+    // shed, so every record published lands.
+    durable_stream(&admin, "faf", NS, STREAM, 1).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for t in 0..16 {
+        let client = clients[t % 2].clone();
+        let (stop, sent, payload) = (stop.clone(), sent.clone(), payload.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Acquire) {
+                let m = Message::new(payload.clone());
+                client
+                    .publish("faf", NS, STREAM, m, AckMode::None)
+                    .await
+                    .expect("fire-and-forget publish");
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let text = broker.metrics().await;
+        assert_eq!(
+            queue_full_count(&text, "faf", "shed"),
+            0.0,
+            "a fire-and-forget publish was shed under pub_ingress_wait"
+        );
+        if queue_full_count(&text, "faf", "waited") >= 1.0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no fire-and-forget publish found the slot taken"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, Ordering::Release);
+    for t in tasks {
+        t.await.expect("publishing task");
+    }
+    // Each publish returned once the broker had taken it; all of them are written.
+    let sent = sent.load(Ordering::Relaxed);
+    assert_eq!(records_before_marker(&admin, "faf").await, sent);
+    assert_eq!(
+        queue_full_count(&broker.metrics().await, "faf", "shed"),
+        0.0
+    );
+
+    // 3. More commit-acked publishes than a connection may owe answers for, all arriving
+    // at once: the broker is paused while the client sends them, then let go. They queue
+    // behind the one slot, each waiting its turn to be written, so the broker owes more
+    // than 1,024 answers before it has given many.
+    const OWED: usize = 2_000;
+    durable_stream(&admin, "owed", NS, STREAM, 1).await;
+    // A connection that has carried the floods above: its congestion window is open, so
+    // its requests go out together rather than a slow-start window at a time.
+    let client = clients[0].clone();
+    broker.pause(true);
+    let mut tasks = Vec::new();
+    for i in 0..OWED {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let m = Message::new(format!("owed-{i}"));
+            client.publish("owed", NS, STREAM, m, AckMode::Commit).await
+        }));
+    }
+    // Let the client put its requests on the wire (how long does not matter to what is
+    // checked: requests that arrive later are just answered sooner).
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    broker.pause(false);
+    let (mut acked, mut refused) = (0u64, 0u64);
+    for t in tasks {
+        match t.await.expect("publishing task") {
+            Ok(Some(_)) => acked += 1,
+            Ok(None) => panic!("a commit-acked publish was not acknowledged"),
+            Err(ClientError::Broker(body)) => {
+                assert_retryable_queue_full(&body);
+                refused += 1;
+            }
+            Err(e) => panic!("commit-acked publish: {e:?}"),
+        }
+    }
+    eprintln!("{OWED} commit-acked publishes at once: {acked} acknowledged, {refused} refused");
+    assert!(
+        refused >= 1,
+        "no publish was refused with {OWED} answers owed on one connection"
+    );
+    // Refused before queueing: the log holds exactly the acknowledged ones.
+    assert_eq!(records_before_marker(&admin, "owed").await, acked);
+    assert_eq!(
+        queue_full_count(&broker.metrics().await, "owed", "rejected"),
+        refused as f64
     );
 }
