@@ -145,6 +145,12 @@ fn log_error(e: &LogError) -> ErrorBody {
             &segment.display().to_string(),
             &e.to_string(),
         ),
+        LogError::WriteRefused { .. } => err(
+            codes::SHARD_UNAVAILABLE,
+            "fenced",
+            format!("{e}: this broker's lease lapsed before the write, so nothing was written"),
+        )
+        .retry_after(500),
         _ => err(codes::SHARD_UNAVAILABLE, "shard_unavailable", e.to_string()).retry_after(1000),
     }
 }
@@ -1383,6 +1389,9 @@ impl Broker {
                 },
             )
             .map_err(|e| log_error(&e))?;
+            if repl.is_some() {
+                log.set_write_gate(crate::enqueue_ack::write_gate(self.lease.clone()));
+            }
             let visible = match &repl {
                 Some(r) => r.visible.subscribe(),
                 None => log.watch_committed(),
@@ -1776,16 +1785,18 @@ impl Broker {
                 t.committed().await.map_err(|e| log_error(&e))?;
             }
         } else {
-            // Answered on enqueue: a later write failure can only be counted.
-            let metrics = self.metrics.clone();
-            let acked = ack == AckMode::Batch;
-            tokio::spawn(async move {
-                for t in tickets {
-                    if t.committed().await.is_err() && acked {
-                        metrics.acked_publishes_dropped.inc();
-                    }
-                }
-            });
+            // Answered on enqueue, unless the lease is near its end (see `enqueue_ack`). A
+            // replicated Quorum publish is answered only once the mark covers the write.
+            let replicated_quorum = quorum && shard.repl.is_some();
+            let lease = shard
+                .repl
+                .as_ref()
+                .filter(|_| !quorum)
+                .map(|_| &*self.lease);
+            let margin = Duration::from_millis(self.config.lease_ms / 2);
+            let acked = ack == AckMode::Batch && !replicated_quorum;
+            crate::enqueue_ack::settle(tickets, lease, margin, acked, &self.metrics, log_error)
+                .await?;
         }
         if shard.repl.is_some() && ack != AckMode::None {
             self.await_replicated(shard, last, quorum).await?;

@@ -11,6 +11,7 @@
 //! * [`corruption`] — stored data that fails its checks: the error, the counter, the log.
 //! * [`ephemeral`] — ephemeral shards: publishing at most once, one leader per shard.
 //! * [`producers`] — idempotent producers' sequences per shard.
+//! * [`enqueue_ack`] — what an ack sent before the write promises under a lease.
 //! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
 
 // Results carry the wire's `ErrorBody` inline (~150 bytes since it can name a shard's
@@ -22,6 +23,7 @@ pub mod broker;
 pub mod config;
 pub mod corruption;
 pub mod disk;
+pub mod enqueue_ack;
 pub mod ephemeral;
 pub mod kafka;
 pub mod metrics;
