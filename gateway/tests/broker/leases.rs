@@ -27,7 +27,7 @@ const LEASE_MS: u64 = 3000;
 const T: &str = "default";
 const NS: &str = "default";
 
-async fn create(client: &ClusterClient, name: &str, consistency: &str) {
+async fn create(client: &ClusterClient, name: &str, consistency: &str, replicas: u32) {
     match client.create_namespace(T, NS).await {
         Ok(()) => {}
         Err(ClientError::Broker(e)) if e.code == codes::ALREADY_EXISTS => {}
@@ -40,7 +40,7 @@ async fn create(client: &ClusterClient, name: &str, consistency: &str) {
     let config = StreamConfig {
         durable: Some(true),
         shards: Some(1),
-        replicas: Some(3),
+        replicas: Some(replicas),
         consistency: Some(consistency.into()),
         ..StreamConfig::default()
     };
@@ -190,24 +190,26 @@ async fn kafka_fetch(broker: &Broker, topic: &str, offset: i64) -> (i64, Vec<(i6
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn leases_quorum_marks_and_a_broker_cut_off_from_the_control_plane() {
+async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_promises() {
     let mut cluster = Cluster::start_with(
         3,
         LEASE_MS,
         &[
             ("FELIX_ACK_ON_COMMIT", "0"),
             ("FELIX_PUBLISH_QUORUM_TIMEOUT_MS", "1000"),
+            // A subscriber that stops reading lags soon (once its QUIC stream is full).
+            ("FELIX_SUBSCRIBER_QUEUE_CAPACITY", "4"),
         ],
     )
     .await;
     let client = cluster.client(Duration::from_secs(30)).await;
     // A Leader stream and a Quorum stream led by the same broker X, so one cut hits both.
-    create(&client, "lead", "leader").await;
+    create(&client, "lead", "leader", 3).await;
     let x = leader_of(&client, "lead", None).await;
     let mut q = None;
     for i in 0..20 {
         let name = format!("q{i}");
-        create(&client, &name, "quorum").await;
+        create(&client, &name, "quorum", 3).await;
         if leader_of(&client, &name, None).await == x {
             q = Some(name);
             break;
@@ -426,4 +428,55 @@ async fn leases_quorum_marks_and_a_broker_cut_off_from_the_control_plane() {
         .chain(["cached".into(), "back-0".into(), "c-0".into()])
         .collect();
     assert_eq!(all, expected, "the refused writes are not in the log");
+
+    // --- A cluster client's subscription to a durable stream that lags resumes by itself:
+    // it stops reading while about 20 MiB are published, the broker ends it with
+    // subscription_lagged, and reading on yields every record once, in order.
+    create(&client, "lagging", "leader", 1).await;
+    let lag_leader = leader_of(&client, "lagging", None).await;
+    let mut slow = client
+        .subscribe(T, NS, "lagging", 0, StartAt::Earliest)
+        .await
+        .expect("subscribe");
+    let record = |b: usize, i: usize| {
+        let mut v = format!("{b}-{i}:").into_bytes();
+        v.resize(8 * 1024, b'x');
+        v
+    };
+    let mut batches = 0;
+    loop {
+        let messages: Vec<Message> = (0..32).map(|i| Message::new(record(batches, i))).collect();
+        client
+            .publish_to_shard(T, NS, "lagging", 0, &messages)
+            .await
+            .expect("publish to the lagging stream");
+        batches += 1;
+        if batches % 8 == 0 {
+            let metrics = cluster.node(lag_leader).metrics().await;
+            let lagged: f64 = metric_lines(&metrics, "felix_sub_lagged_total")
+                .iter()
+                .map(|l| metric_value(l))
+                .sum();
+            if lagged >= 1.0 {
+                break;
+            }
+        }
+        assert!(
+            batches < 640,
+            "160 MiB published and the subscriber never lagged"
+        );
+    }
+    for n in 0..batches * 32 {
+        let e = tokio::time::timeout(PATIENCE, slow.next_event())
+            .await
+            .unwrap_or_else(|_| panic!("lagging subscriber: nothing after {n} records"))
+            .expect("the subscription resumes after subscription_lagged")
+            .expect("not ended");
+        assert_eq!(e.offset, n as u64, "nothing skipped or repeated");
+        assert_eq!(&e.payload[..], &record(n / 32, n % 32)[..]);
+    }
+    assert!(
+        slow.resumptions() >= 1,
+        "the subscription lagged and resumed"
+    );
 }
