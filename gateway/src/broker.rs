@@ -128,7 +128,7 @@ fn cold_error(e: &ColdError) -> ErrorBody {
     }
 }
 
-fn log_error(e: &LogError) -> ErrorBody {
+pub(crate) fn log_error(e: &LogError) -> ErrorBody {
     match e {
         LogError::InvalidBatch(w) => err(codes::BAD_REQUEST, "invalid_batch", w.to_string()),
         LogError::TrailingBytes { .. } => err(codes::BAD_REQUEST, "invalid_batch", e.to_string()),
@@ -819,6 +819,7 @@ impl Broker {
         Metrics::sync_counter(&m.tier_store_gets, store.gets);
         Metrics::sync_counter(&m.tier_store_get_bytes, store.get_bytes);
         Metrics::sync_counter(&m.tier_store_puts, store.puts);
+        m.lease_remaining.set(self.lease.remaining().as_secs_f64());
     }
 
     /// Ready to serve: the control plane has a leader and the registry is loaded.
@@ -1795,8 +1796,7 @@ impl Broker {
                 .map(|_| &*self.lease);
             let margin = Duration::from_millis(self.config.lease_ms / 2);
             let acked = ack == AckMode::Batch && !replicated_quorum;
-            crate::enqueue_ack::settle(tickets, lease, margin, acked, &self.metrics, log_error)
-                .await?;
+            crate::enqueue_ack::settle(tickets, lease, margin, acked, &self.metrics).await?;
         }
         if shard.repl.is_some() && ack != AckMode::None {
             self.await_replicated(shard, last, quorum).await?;

@@ -18,6 +18,7 @@ use std::time::Duration;
 use felix_hot::{Appended, WriteGate};
 use felix_wire::protocol::ErrorBody;
 
+use crate::broker::log_error;
 use crate::metrics::Metrics;
 use crate::replication::Lease;
 
@@ -41,7 +42,6 @@ pub(crate) async fn settle(
     margin: Duration,
     acked: bool,
     metrics: &Arc<Metrics>,
-    log_error: fn(&felix_hot::LogError) -> ErrorBody,
 ) -> Result<(), ErrorBody> {
     if lease.is_some_and(|l| l.remaining() < margin) {
         for t in tickets {

@@ -28,18 +28,24 @@ pub fn isolated() -> bool {
     ISOLATED.load(Ordering::Acquire)
 }
 
+/// Read first, so a write that is not stalled takes no lock.
+static STALLING: AtomicBool = AtomicBool::new(false);
 static WRITES_STALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
 static WRITES_RESUMED: std::sync::Condvar = std::sync::Condvar::new();
 
 /// Holds this node's leader log writes (`true`) or lets them go on (`false`).
 pub fn set_writes_stalled(stalled: bool) {
     *WRITES_STALLED.lock().unwrap_or_else(|e| e.into_inner()) = stalled;
+    STALLING.store(stalled, Ordering::Release);
     WRITES_RESUMED.notify_all();
     tracing::warn!(stalled, "fault injection: log write stall changed");
 }
 
 /// Blocks the calling (log writer) thread while writes are stalled.
 pub fn wait_while_writes_stalled() {
+    if !STALLING.load(Ordering::Acquire) {
+        return;
+    }
     let stalled = WRITES_STALLED.lock().unwrap_or_else(|e| e.into_inner());
     let _held = WRITES_RESUMED
         .wait_while(stalled, |s| *s)

@@ -130,6 +130,28 @@ async fn acked_publishes_dropped(broker: &Broker) -> f64 {
         .map_or(0.0, |l| metric_value(l))
 }
 
+/// How long the broker's lease still holds, from its metrics.
+async fn lease_remaining(broker: &Broker) -> Duration {
+    let metrics = broker.metrics().await;
+    let line = metric_lines(&metrics, "felix_broker_lease_remaining_seconds");
+    Duration::from_secs_f64(line.first().map_or(0.0, |l| metric_value(l)))
+}
+
+/// Waits until the broker's lease holds more (`above`) or less than `bound`: renewals are
+/// steady again after a heal (each leaves at least three quarters of the lease), or the cut
+/// has eaten into it.
+async fn await_lease(broker: &Broker, above: bool, bound: Duration) {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while (lease_remaining(broker).await > bound) != above {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease never went {} {bound:?}",
+            if above { "above" } else { "below" }
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A Kafka Fetch (v4) of partition 0 from `offset`, as a Kafka consumer sends it (encoded
 /// here by hand: the protocol crate is built for the broker's side only): the high
 /// watermark and the records answered, as (offset, value).
@@ -235,6 +257,12 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
 
     // --- X is cut off from the rest of the cluster, and so from the control plane.
     let direct = cluster.node(x).client().await;
+    await_lease(
+        cluster.node(x),
+        true,
+        Duration::from_millis(LEASE_MS * 7 / 10),
+    )
+    .await;
     set_isolated(cluster.node(x), true).await;
     // Creating a stream needs the control plane: a typed, retryable refusal (started now,
     // answered whenever the broker gives up on the control plane).
@@ -370,7 +398,14 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
     publish_n(&client, "lead", "back", 1).await;
     let x = leader_of(&client, "lead", None).await;
     let direct = cluster.node(x).client().await;
-    // X's writes are held: a publish is still acknowledged at once, on enqueue.
+    // X's writes are held: a publish is still acknowledged at once, on enqueue (once the
+    // renewals after the heal are steady: far from the lease's end).
+    await_lease(
+        cluster.node(x),
+        true,
+        Duration::from_millis(LEASE_MS * 7 / 10),
+    )
+    .await;
     set_writes_stalled(cluster.node(x), true).await;
     let a = publish_one(&direct, "lead", "a").await;
     assert_eq!(a.expect("an enqueue acknowledgement"), 12);
@@ -379,9 +414,14 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
         .await
         .expect("subscribe");
     set_isolated(cluster.node(x), true).await;
-    // Past half the lease (renewed every quarter, so at least three quarters were left at
-    // the cut): near its end the broker waits for the write before answering.
-    tokio::time::sleep(Duration::from_millis(LEASE_MS / 2)).await;
+    // Near the end of the lease (less than half left) the broker waits for the write before
+    // answering.
+    await_lease(
+        cluster.node(x),
+        false,
+        Duration::from_millis(LEASE_MS * 45 / 100),
+    )
+    .await;
     let b = {
         let direct = direct.clone();
         tokio::spawn(async move { publish_one(&direct, "lead", "b").await })
