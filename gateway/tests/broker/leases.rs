@@ -398,6 +398,21 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
     publish_n(&client, "lead", "back", 1).await;
     let x = leader_of(&client, "lead", None).await;
     let direct = cluster.node(x).client().await;
+    // "b" is an idempotent producer's batch (the id comes from the control plane, so now).
+    let (producer, epoch) = direct.producer_init().await.expect("a producer id");
+    let b_batch = bytes::Bytes::from(
+        felix_wire::BatchBuilder::new(felix_wire::Compression::None)
+            .producer(producer, epoch, 0)
+            .with(felix_wire::Record::value(1_700_000_000_000, "b"))
+            .build()
+            .expect("a batch"),
+    );
+    let publish_b = |direct: Client, batch: bytes::Bytes| async move {
+        direct
+            .publish_raw(T, NS, "lead", 0, batch, AckMode::Batch)
+            .await
+            .map(|p| p.expect("an acked publish is answered").base_offset)
+    };
     // X's writes are held: a publish is still acknowledged at once, on enqueue (once the
     // renewals after the heal are steady: far from the lease's end).
     await_lease(
@@ -422,10 +437,7 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
         Duration::from_millis(LEASE_MS * 45 / 100),
     )
     .await;
-    let b = {
-        let direct = direct.clone();
-        tokio::spawn(async move { publish_one(&direct, "lead", "b").await })
-    };
+    let b = tokio::spawn(publish_b(direct.clone(), b_batch.clone()));
     // The lease lapses (the reader is ended); then the held writes go on.
     let (_, end) = until_end(&mut watch, "Leader stream subscription").await;
     assert_eq!(code_and_reason(&end).0, codes::SHARD_UNAVAILABLE, "{end:?}");
@@ -447,7 +459,23 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
     }
     assert_eq!(acked_publishes_dropped(cluster.node(x)).await, 1.0);
     set_isolated(cluster.node(x), false).await;
-    // Neither was written: the log goes on from the last written record.
+    // Neither was written: the log goes on from the last written record, and "b" sent again
+    // under its sequence once X leads again is appended there (the sequence of a refused
+    // write must not be taken for one already stored).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let b_again = loop {
+        match publish_b(direct.clone(), b_batch.clone()).await {
+            Err(ClientError::Broker(e)) if e.code == codes::SHARD_UNAVAILABLE => {
+                assert!(tokio::time::Instant::now() < deadline, "X never led again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break other.expect("the re-sent batch"),
+        }
+    };
+    assert_eq!(
+        b_again, 12,
+        "the re-sent batch takes the first offset given back"
+    );
     publish_n(&client, "lead", "c", 1).await;
     let mut sub = client
         .subscribe(T, NS, "lead", 0, StartAt::Earliest)
@@ -465,9 +493,12 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
     }
     let expected: Vec<String> = (0..10)
         .map(|i| format!("l-{i}"))
-        .chain(["cached".into(), "back-0".into(), "c-0".into()])
+        .chain(["cached", "back-0", "b", "c-0"].map(String::from))
         .collect();
-    assert_eq!(all, expected, "the refused writes are not in the log");
+    assert_eq!(
+        all, expected,
+        "the refused writes are not in the log, \"b\" is once"
+    );
 
     // --- A cluster client's subscription to a durable stream that lags resumes by itself:
     // it stops reading while about 20 MiB are published, the broker ends it with
