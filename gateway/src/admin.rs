@@ -77,6 +77,10 @@ pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>) -> Router {
             "/v1/faults/isolate",
             axum::routing::post(isolate).delete(heal),
         )
+        .route(
+            "/v1/faults/stall_writes",
+            axum::routing::post(stall_writes).delete(resume_writes),
+        )
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(AdminState { broker, metrics })
@@ -189,6 +193,20 @@ async fn heal() -> Result<&'static str, ApiError> {
     fault_injection_enabled()?;
     felix_meta::faults::set_isolated(false);
     Ok("healed")
+}
+
+/// Fault injection: holds this node's leader log writes after they were accepted (`POST`)
+/// or lets them go on (`DELETE`); see `felix_meta::faults`.
+async fn stall_writes() -> Result<&'static str, ApiError> {
+    fault_injection_enabled()?;
+    felix_meta::faults::set_writes_stalled(true);
+    Ok("stalled")
+}
+
+async fn resume_writes() -> Result<&'static str, ApiError> {
+    fault_injection_enabled()?;
+    felix_meta::faults::set_writes_stalled(false);
+    Ok("resumed")
 }
 
 fn fault_injection_enabled() -> Result<(), ApiError> {

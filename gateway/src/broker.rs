@@ -132,7 +132,7 @@ fn cold_error(e: &ColdError) -> ErrorBody {
     }
 }
 
-fn log_error(e: &LogError) -> ErrorBody {
+pub(crate) fn log_error(e: &LogError) -> ErrorBody {
     match e {
         LogError::InvalidBatch(w) => err(codes::BAD_REQUEST, "invalid_batch", w.to_string()),
         LogError::TrailingBytes { .. } => err(codes::BAD_REQUEST, "invalid_batch", e.to_string()),
@@ -149,6 +149,12 @@ fn log_error(e: &LogError) -> ErrorBody {
             &segment.display().to_string(),
             &e.to_string(),
         ),
+        LogError::WriteRefused { .. } => err(
+            codes::SHARD_UNAVAILABLE,
+            "fenced",
+            format!("{e}: this broker's lease lapsed before the write, so nothing was written"),
+        )
+        .retry_after(500),
         _ => err(codes::SHARD_UNAVAILABLE, "shard_unavailable", e.to_string()).retry_after(1000),
     }
 }
@@ -842,6 +848,7 @@ impl Broker {
         Metrics::sync_counter(&m.tier_store_gets, store.gets);
         Metrics::sync_counter(&m.tier_store_get_bytes, store.get_bytes);
         Metrics::sync_counter(&m.tier_store_puts, store.puts);
+        m.lease_remaining.set(self.lease.remaining().as_secs_f64());
     }
 
     /// Ready to serve: the control plane has a leader and the registry is loaded.
@@ -1367,6 +1374,9 @@ impl Broker {
                 },
             )
             .map_err(|e| log_error(&e))?;
+            if repl.is_some() {
+                log.set_write_gate(crate::enqueue_ack::write_gate(self.lease.clone()));
+            }
             let visible = match &repl {
                 Some(r) => r.visible.subscribe(),
                 None => log.watch_committed(),
@@ -1774,16 +1784,17 @@ impl Broker {
                 t.committed().await.map_err(|e| log_error(&e))?;
             }
         } else {
-            // Answered on enqueue: a later write failure can only be counted.
-            let metrics = self.metrics.clone();
-            let acked = ack == AckMode::Batch;
-            tokio::spawn(async move {
-                for t in tickets {
-                    if t.committed().await.is_err() && acked {
-                        metrics.acked_publishes_dropped.inc();
-                    }
-                }
-            });
+            // Answered on enqueue, unless the lease is near its end (see `enqueue_ack`). A
+            // replicated Quorum publish is answered only once the mark covers the write.
+            let replicated_quorum = quorum && shard.repl.is_some();
+            let lease = shard
+                .repl
+                .as_ref()
+                .filter(|_| !quorum)
+                .map(|_| &*self.lease);
+            let margin = Duration::from_millis(self.config.lease_ms / 2);
+            let acked = ack == AckMode::Batch && !replicated_quorum;
+            crate::enqueue_ack::settle(tickets, lease, margin, acked, &self.metrics).await?;
         }
         if shard.repl.is_some() && ack != AckMode::None {
             self.await_replicated(shard, last, quorum).await?;

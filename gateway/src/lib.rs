@@ -15,6 +15,7 @@
 //! * [`publish_gate`] — per-connection limit on publish answers owed.
 //! * [`lag_log`] — one log line per episode of a subscriber falling behind.
 //! * [`producers`] — idempotent producers' sequences per shard.
+//! * [`enqueue_ack`] — what an ack sent before the write promises under a lease.
 //! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
 
 // Results carry the wire's `ErrorBody` inline (~150 bytes since it can name a shard's
@@ -26,6 +27,7 @@ pub mod broker;
 pub mod config;
 pub mod corruption;
 pub mod disk;
+pub mod enqueue_ack;
 pub mod ephemeral;
 pub mod inert_settings;
 pub mod kafka;

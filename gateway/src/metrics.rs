@@ -48,6 +48,8 @@ pub struct Metrics {
     pub subscriptions_active: Gauge,
     pub connections_active: Gauge,
     pub acked_publishes_dropped: Counter,
+    /// How long this broker's shard-leader lease still holds (cluster mode), at the scrape.
+    pub lease_remaining: Gauge<f64, std::sync::atomic::AtomicU64>,
     pub quorum_timeouts: Counter,
     pub publishes_forwarded: Counter,
     pub frames_rejected: Counter,
@@ -98,6 +100,7 @@ impl Metrics {
             subscriptions_active: Gauge::default(),
             connections_active: Gauge::default(),
             acked_publishes_dropped: Counter::default(),
+            lease_remaining: Gauge::default(),
             quorum_timeouts: Counter::default(),
             publishes_forwarded: Counter::default(),
             frames_rejected: Counter::default(),
@@ -179,6 +182,11 @@ impl Metrics {
             "felix_broker_acked_publishes_dropped",
             "Publishes acknowledged on enqueue whose write then failed",
             m.acked_publishes_dropped.clone(),
+        );
+        registry.register(
+            "felix_broker_lease_remaining_seconds",
+            "How long this broker's shard-leader lease still holds without a renewal",
+            m.lease_remaining.clone(),
         );
         registry.register(
             "felix_publish_quorum_timeouts",

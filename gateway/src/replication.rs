@@ -129,6 +129,12 @@ impl Lease {
         now < self.until.load(Ordering::Acquire)
     }
 
+    /// How long the lease still holds (zero once it lapsed).
+    pub fn remaining(&self) -> Duration {
+        let now = self.base.elapsed().as_nanos() as u64;
+        Duration::from_nanos(self.until.load(Ordering::Acquire).saturating_sub(now))
+    }
+
     fn extend(&self, sent: Instant, granted: Duration) {
         let until = (sent.saturating_duration_since(self.base) + granted).as_nanos() as u64;
         self.until.fetch_max(until, Ordering::AcqRel);
@@ -415,8 +421,14 @@ async fn lead(broker: Weak<Broker>, shard: Arc<Shard>, generation: u64, replicas
                 warn!(shard = %shard.key, generation, "lease lapsed: fenced");
                 shard.end_subscribers();
             }
-            (Role::Fenced { .. }, true) if !deposed && swap_role(&repl, &fence, &lead) => {
-                info!(shard = %shard.key, generation, "lease renewed: leading again");
+            (Role::Fenced { .. }, true) if !deposed => {
+                // Writes refused while the lease was out (`enqueue_ack`) may have left
+                // idempotent producers' sequences past the log: take them from the log.
+                if let Err(e) = shard.reset_after_truncation().await {
+                    warn!(shard = %shard.key, error = %e, "cannot rebuild producer sequences");
+                } else if swap_role(&repl, &fence, &lead) {
+                    info!(shard = %shard.key, generation, "lease renewed: leading again");
+                }
             }
             _ => {}
         }

@@ -21,6 +21,7 @@ mod broker {
     mod felixctl;
     mod idempotence;
     mod kafka;
+    mod leases;
     mod limits;
     mod ordering;
     mod tiering;

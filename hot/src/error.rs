@@ -74,6 +74,11 @@ pub enum LogError {
     /// The log was closed.
     #[error("shard {shard}: log is closed")]
     Closed { shard: String },
+    /// The log's write gate refused a leader append when its turn to be written came (the
+    /// owner may no longer lead the shard). Nothing of it was written, nor of any leader
+    /// append queued behind it; the next append takes the first of their offsets again.
+    #[error("shard {shard}: the write was refused by the log's write gate")]
+    WriteRefused { shard: String },
 }
 
 impl LogError {

@@ -32,6 +32,6 @@ mod writer;
 
 pub use config::{FsyncPolicy, LogConfig, RetentionPolicy};
 pub use error::LogError;
-pub use log::{Appended, LogOffsets, LogRead, RetentionOutcome, ShardLog, SharedRead};
+pub use log::{Appended, LogOffsets, LogRead, RetentionOutcome, ShardLog, SharedRead, WriteGate};
 pub use read_cache::{READ_BLOCK_BYTES, ReadCache};
 pub use segment::SealedSegment;

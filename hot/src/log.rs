@@ -34,10 +34,17 @@ const PREFETCH_MIN: u64 = 1024 * 1024;
 /// Identities of opened logs, for the keys of a shared [`ReadCache`].
 static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Asked by the writer thread, just before it writes a group holding leader appends,
+/// whether they may still be written; `false` refuses them (see [`ShardLog::set_write_gate`]).
+/// It runs on the writer thread and may block it.
+pub type WriteGate = Arc<dyn Fn() -> bool + Send + Sync>;
+
 pub(crate) enum Request {
     Append {
         batch: Vec<u8>,
         header: BatchHeader,
+        /// A leader append (offsets assigned here), which the write gate applies to.
+        leader: bool,
         reply: oneshot::Sender<Result<(), LogError>>,
     },
     Truncate {
@@ -94,6 +101,7 @@ pub(crate) struct Shared {
     /// Held by the periodic flusher (target + flush + durable mark), truncation and
     /// retention, so none of them sees the segment list or the marks half-changed by another.
     pub maintenance: Mutex<()>,
+    pub write_gate: RwLock<Option<WriteGate>>,
 }
 
 impl Shared {
@@ -480,6 +488,7 @@ impl ShardLog {
             sealed_tx,
             syncer_stop: (Mutex::new(false), Condvar::new()),
             maintenance: Mutex::new(()),
+            write_gate: RwLock::new(None),
             config: RwLock::new(config),
         });
         let threads = writer::start(&shared).map_err(|source| LogError::Io {
@@ -635,6 +644,7 @@ impl ShardLog {
                     q.requests.push(Request::Append {
                         batch,
                         header,
+                        leader: !matches!(placement, Placement::Follower),
                         reply,
                     });
                     drop(q);
@@ -648,6 +658,15 @@ impl ShardLog {
             }
             notified.await;
         }
+    }
+
+    /// Sets the gate leader appends pass when the writer is about to write them: an append is
+    /// accepted (offsets assigned) long before it is written when the writer is slow or the
+    /// process was paused, and the owner may have lost the right to write by then. A refused
+    /// append, and every leader append queued behind it, fails with
+    /// [`LogError::WriteRefused`] and gives its offsets back. Follower appends pass freely.
+    pub fn set_write_gate(&self, gate: WriteGate) {
+        *self.shared().write_gate.write() = Some(gate);
     }
 
     /// Cuts every record after `offset` (a follower or a new leader dropping uncommitted

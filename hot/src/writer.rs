@@ -10,6 +10,10 @@
 //! Under the periodic policy a second thread flushes the active segment every interval, so
 //! a slow flush never stalls appends; `durable_end` records what it covered.
 //!
+//! A leader append passes the log's write gate (if its owner set one) when its group is about
+//! to be written; a refusal fails it and every append queued behind it, and gives their
+//! offsets back.
+//!
 //! A failed write or flush takes the log offline (every later append fails) rather than
 //! guess what reached the disk: reopening the log recovers a consistent prefix.
 
@@ -114,14 +118,26 @@ impl Writer {
 
     fn process(&mut self, requests: Vec<Request>) -> Result<(), Failure> {
         let mut written = 0usize;
+        // The write gate is asked once per group, at its first leader append; once it refuses,
+        // every append after that one is refused too, so the offsets that stay are dense.
+        let mut gate_open: Option<bool> = None;
+        let mut refusing = false;
         for req in requests {
             match req {
                 Request::Append {
                     batch,
                     header,
+                    leader,
                     reply,
                 } => {
                     written += batch.len();
+                    if leader && !*gate_open.get_or_insert_with(|| self.gate_open()) {
+                        refusing = true;
+                    }
+                    if refusing {
+                        let _ = reply.send(Err(self.refused()));
+                        continue;
+                    }
                     self.stage(batch, &header)?;
                     self.waiting.push(reply);
                 }
@@ -161,6 +177,9 @@ impl Writer {
             }
         }
         self.commit_group()?;
+        if refusing {
+            written += self.refuse_queued();
+        }
         if written > 0 {
             let mut q = self.shared.queue.lock();
             q.pending_bytes = q.pending_bytes.saturating_sub(written);
@@ -168,6 +187,38 @@ impl Writer {
             self.shared.room.notify_waiters();
         }
         Ok(())
+    }
+
+    fn gate_open(&self) -> bool {
+        let gate = self.shared.write_gate.read().clone();
+        gate.is_none_or(|open| open())
+    }
+
+    fn refused(&self) -> LogError {
+        LogError::WriteRefused {
+            shard: self.shared.shard.clone(),
+        }
+    }
+
+    /// After a refusal: refuses the appends queued meanwhile (their offsets follow the refused
+    /// ones) and gives the offsets back, so the next append continues the written log.
+    /// Returns the bytes of the appends it refused.
+    fn refuse_queued(&mut self) -> usize {
+        let mut q = self.shared.queue.lock();
+        let mut bytes = 0;
+        let mut kept = Vec::new();
+        for req in std::mem::take(&mut q.requests) {
+            match req {
+                Request::Append { batch, reply, .. } => {
+                    bytes += batch.len();
+                    let _ = reply.send(Err(self.refused()));
+                }
+                other => kept.push(other),
+            }
+        }
+        q.requests = kept;
+        q.next_offset = self.end_offset;
+        bytes
     }
 
     /// Adds one batch to the group, rolling first if it does not fit the active segment.

@@ -1,4 +1,5 @@
-//! Fault injection for tests of the cluster: cutting one node off the internal network.
+//! Fault injection for tests of the cluster: cutting one node off the internal network, and
+//! holding its log writes.
 //!
 //! A real network partition between processes on one loopback interface cannot be made
 //! without privileges (network namespaces, packet filters), so a node started with
@@ -7,6 +8,10 @@
 //! with 503, in both directions at once — what a cut cable looks like to Raft, leases and
 //! replication. Clients (QUIC, admin HTTP, Kafka) are not affected, so a test can still
 //! see what the cut-off node answers.
+//!
+//! Stalled writes hold every leader write of the node's shard logs just before it is written
+//! (after it was accepted), as a slow or hung disk would: what a write that outlasts the
+//! lease looks like.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -21,4 +26,28 @@ pub fn set_isolated(isolated: bool) {
 /// Whether this node is cut off the internal network.
 pub fn isolated() -> bool {
     ISOLATED.load(Ordering::Acquire)
+}
+
+/// Read first, so a write that is not stalled takes no lock.
+static STALLING: AtomicBool = AtomicBool::new(false);
+static WRITES_STALLED: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+static WRITES_RESUMED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Holds this node's leader log writes (`true`) or lets them go on (`false`).
+pub fn set_writes_stalled(stalled: bool) {
+    *WRITES_STALLED.lock().unwrap_or_else(|e| e.into_inner()) = stalled;
+    STALLING.store(stalled, Ordering::Release);
+    WRITES_RESUMED.notify_all();
+    tracing::warn!(stalled, "fault injection: log write stall changed");
+}
+
+/// Blocks the calling (log writer) thread while writes are stalled.
+pub fn wait_while_writes_stalled() {
+    if !STALLING.load(Ordering::Acquire) {
+        return;
+    }
+    let stalled = WRITES_STALLED.lock().unwrap_or_else(|e| e.into_inner());
+    let _held = WRITES_RESUMED
+        .wait_while(stalled, |s| *s)
+        .unwrap_or_else(|e| e.into_inner());
 }

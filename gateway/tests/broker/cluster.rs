@@ -32,6 +32,11 @@ pub(super) struct Cluster {
 
 impl Cluster {
     pub(super) async fn start(n: u64) -> Cluster {
+        Cluster::start_with(n, LEASE_MS, &[]).await
+    }
+
+    /// A cluster whose brokers hold leases of `lease_ms` and have `env` set as well.
+    pub(super) async fn start_with(n: u64, lease_ms: u64, env: &[(&str, &str)]) -> Cluster {
         let objects = tempfile::tempdir().expect("object store dir");
         let internal: Vec<SocketAddr> = (0..n).map(|_| free_tcp_addr()).collect();
         let spec = internal
@@ -41,9 +46,12 @@ impl Cluster {
             .collect::<Vec<_>>()
             .join(",");
         let starts = internal.iter().enumerate().map(|(i, addr)| {
-            let options = BrokerOptions::new()
+            let options = env
+                .iter()
+                .fold(BrokerOptions::new(), |o, (k, v)| o.env(k, v));
+            let options = options
                 .member(i as u64 + 1, &spec, *addr)
-                .env("FELIX_LEASE_MS", LEASE_MS)
+                .env("FELIX_LEASE_MS", lease_ms)
                 .env("FELIX_FAULT_INJECTION", 1)
                 .env(
                     "FELIX_OBJECT_STORE",
@@ -220,7 +228,7 @@ fn start_publishers(
 }
 
 /// Cuts a broker off the internal network (`true`) or heals the cut (fault injection).
-async fn set_isolated(broker: &Broker, isolated: bool) {
+pub(super) async fn set_isolated(broker: &Broker, isolated: bool) {
     let method = if isolated { "POST" } else { "DELETE" };
     let (status, body) = http_request(broker.admin_addr, method, "/v1/faults/isolate")
         .await

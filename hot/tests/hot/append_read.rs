@@ -453,6 +453,52 @@ async fn offset_for_time_and_read_from_time_find_the_first_batch_at_or_after_a_t
 
 // ---- conditional and follower appends -------------------------------------------------------
 
+/// The write gate is asked when a group is about to be written, not when it is accepted:
+/// appends accepted while it was open but written after it closed are refused, with nothing
+/// written and their offsets given back; follower appends pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_gate_closed_before_the_write_refuses_accepted_appends_and_gives_their_offsets_back()
+ {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let log = ShardLog::open(dir.path(), small_segments(1 << 20)).unwrap();
+    let sent = append_many(&log, 2, |i| batch(i as u64, 4, 10)).await;
+    // A gate that holds the writer until the test says whether it is open.
+    let open = Arc::new(AtomicBool::new(true));
+    let release = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+    let gate = {
+        let (open, release) = (open.clone(), release.clone());
+        Arc::new(move || {
+            let (held, cv) = &*release;
+            let _g = cv.wait_while(held.lock().unwrap(), |h| *h).unwrap();
+            open.load(Ordering::Acquire)
+        })
+    };
+    log.set_write_gate(gate);
+    *release.0.lock().unwrap() = true;
+    let a = log.append(batch(10, 2, 10)).await.unwrap();
+    let b = log.append(batch(11, 3, 10)).await.unwrap();
+    assert_eq!((a.base_offset, b.base_offset), (8, 10), "accepted at once");
+    open.store(false, Ordering::Release);
+    *release.0.lock().unwrap() = false;
+    release.1.notify_all();
+    for t in [a, b] {
+        match t.committed().await {
+            Err(LogError::WriteRefused { .. }) => {}
+            other => panic!("an append written after the gate closed: {other:?}"),
+        }
+    }
+    assert_eq!(log.next_offset(), 8, "the refused offsets are given back");
+    assert_log_holds(&log, &sent, 1 << 20, -1);
+    // A follower append is not the owner's write: it passes a closed gate.
+    let t = log.append_at(follower_batch(12, 2, 8, 0)).await.unwrap();
+    assert_eq!(t.committed().await.unwrap(), (8, 9));
+    open.store(true, Ordering::Release);
+    let t = log.append(batch(13, 1, 10)).await.unwrap();
+    assert_eq!(t.committed().await.unwrap(), (10, 10));
+}
+
 #[tokio::test]
 async fn append_if_succeeds_at_the_next_offset_and_is_refused_elsewhere_with_nothing_written() {
     let dir = tempfile::tempdir().unwrap();
