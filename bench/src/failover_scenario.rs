@@ -32,9 +32,8 @@ use felix_client::{ClientError, ClusterClient, IdempotentClusterProducer, Messag
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::pubsub_scenario::{
-    TENANT, cluster_client, create_cluster_stream, histogram, payload_template,
-};
+use crate::common::{TENANT, cluster_client, histogram, payload_template, print_line, runtime};
+use crate::pubsub_scenario::create_cluster_stream;
 
 const NAMESPACE: &str = "cluster";
 
@@ -255,13 +254,7 @@ pub fn run(args: FailoverArgs) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     let internal = id_map(&args.internal, "--internal")?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("start tokio runtime")?;
-    let report = rt.block_on(run_async(&args, &pids, &internal))?;
-    println!("{}", serde_json::to_string(&report)?);
-    Ok(())
+    print_line(&runtime()?.block_on(run_async(&args, &pids, &internal))?)
 }
 
 async fn run_async(
