@@ -8,11 +8,10 @@
 //! digits), and a scenario's result is exactly one line of JSON on stdout.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::{Bytes, BytesMut};
-use felix_client::{AckMode, Client, ClientConfig, ClientError, ClusterClient, Message, codes};
+use felix_client::{AckMode, Client, ClientConfig, ClientError, Message, codes};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -38,23 +37,6 @@ pub(crate) async fn connect(addr: &str, config: &ClientConfig) -> anyhow::Result
     Client::connect(addr, config.clone())
         .await
         .with_context(|| format!("connect to the broker at {addr}"))
-}
-
-/// A `ClusterClient` on `seeds` with this benchmark's settings.
-pub(crate) async fn cluster_client(
-    seeds: &[String],
-    ca: Option<std::path::PathBuf>,
-    request_timeout: Duration,
-) -> anyhow::Result<ClusterClient> {
-    let config = ClientConfig {
-        ca,
-        name: "felix-bench".into(),
-        request_timeout,
-        ..ClientConfig::default()
-    };
-    ClusterClient::connect(seeds, config)
-        .await
-        .with_context(|| format!("connect to the cluster at {}", seeds.join(",")))
 }
 
 /// `Ok` for success and for `already_exists`.

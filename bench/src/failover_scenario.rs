@@ -32,8 +32,8 @@ use felix_client::{ClientError, ClusterClient, IdempotentClusterProducer, Messag
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::common::{TENANT, cluster_client, histogram, payload_template, print_line, runtime};
-use crate::pubsub_scenario::create_cluster_stream;
+use crate::cluster::{cluster_client, create_cluster_stream, first_publish};
+use crate::common::{TENANT, histogram, payload_template, print_line, runtime};
 
 const NAMESPACE: &str = "cluster";
 
@@ -191,27 +191,6 @@ async fn publish_one(
         .publish_to_shard(TENANT, NAMESPACE, stream, 0, std::slice::from_ref(payload))
         .await
         .map(|_| ())
-}
-
-/// Runs `publish` until it succeeds, for at most 10 s: a broker that leads a stream created a
-/// moment ago (told so by another broker) may not know the stream yet and answer
-/// `unknown_stream`, and a `ClusterClient` does not retry that on a publish.
-pub(crate) async fn first_publish<F, Fut>(publish: F) -> anyhow::Result<()>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<(), ClientError>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match publish().await {
-            Ok(()) => return Ok(()),
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("first publish: {e}; trying again");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => return Err(e).context("first publish"),
-        }
-    }
 }
 
 /// Polls the topology every 50 ms from `since` until it names a live leader other than

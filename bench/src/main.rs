@@ -24,6 +24,7 @@
 
 mod broker_metrics;
 mod catchup_scenario;
+mod cluster;
 mod common;
 mod failover_scenario;
 mod load;

@@ -25,7 +25,7 @@
 //! The load itself comes from the generator in `load.rs`, shared with the NATS JetStream
 //! equivalent (`nats_scenario`, behind the `nats` feature).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
@@ -35,9 +35,9 @@ use felix_client::{
     StreamConfig, Subscription,
 };
 
+use crate::cluster::{cluster_client, create_cluster_stream, first_publish};
 use crate::common::{
-    TENANT, cluster_client, connect, exists_ok, print_line, publish_acknowledged, runtime,
-    unique_name,
+    TENANT, connect, exists_ok, print_line, publish_acknowledged, runtime, unique_name,
 };
 use crate::load::{BatchSender, ClusterFigures, LoadArgs, PubsubReport, RecordReceiver, drive};
 
@@ -256,72 +256,6 @@ impl RecordReceiver for ClusterReceiver {
     }
 }
 
-/// Creates tenant `bench`, `namespace` and a fresh durable 1-shard stream with
-/// `replicas` and `consistency`, and waits until its shard has a leader and all `replicas`
-/// placed (a stream created while a broker is still marked dead gets fewer: it is deleted
-/// and created again, within `patience`). Returns the stream's name, replicas and leader.
-pub async fn create_cluster_stream(
-    admin: &ClusterClient,
-    namespace: &str,
-    prefix: &str,
-    consistency: &str,
-    replicas: u32,
-    patience: Duration,
-) -> anyhow::Result<(String, Vec<u64>, u64)> {
-    exists_ok(admin.create_tenant(TENANT).await).context("create tenant bench")?;
-    exists_ok(admin.create_namespace(TENANT, namespace).await)
-        .with_context(|| format!("create namespace bench/{namespace}"))?;
-    let deadline = Instant::now() + patience;
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        let stream = unique_name(prefix);
-        let config = StreamConfig {
-            durable: Some(true),
-            shards: Some(1),
-            replicas: Some(replicas),
-            consistency: Some(consistency.to_owned()),
-            ..Default::default()
-        };
-        if let Err(e) = admin
-            .create_stream(TENANT, namespace, &stream, config)
-            .await
-        {
-            // e.g. fewer live brokers than replicas, while a restarted one rejoins.
-            last = format!("create stream bench/{namespace}/{stream}: {e}");
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            continue;
-        }
-        // Placement and the first leader may take a controller tick.
-        let placed = Instant::now() + Duration::from_secs(10).min(patience);
-        while Instant::now() < placed {
-            match admin.topology(TENANT, namespace, &stream).await {
-                Ok(t) => {
-                    let route = t.shard(0).map(|r| r.replicas.clone()).unwrap_or_default();
-                    let leader = t.leader(0).map(|l| l.0);
-                    let alive = t.brokers.iter().filter(|b| b.alive).count();
-                    last = format!(
-                        "leader {leader:?}, replicas {route:?}, {alive} of {} brokers alive",
-                        t.brokers.len()
-                    );
-                    if let Some(leader) = leader
-                        && route.len() as u32 >= replicas
-                    {
-                        return Ok((stream, route, leader));
-                    }
-                    if !route.is_empty() && (route.len() as u32) < replicas {
-                        break; // placed on too few brokers: try a new stream
-                    }
-                }
-                Err(e) => last = e.to_string(),
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        let _ = admin.delete_stream(TENANT, namespace, &stream).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    bail!("no stream with {replicas} replicas and a leader within {patience:?} (last: {last})")
-}
-
 async fn run_cluster(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
     let timeout = Duration::from_secs(args.request_timeout_secs);
     let admin = cluster_client(&args.cluster, args.ca.clone(), timeout).await?;
@@ -349,7 +283,7 @@ async fn run_cluster(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         let client = cluster_client(&args.cluster, args.ca.clone(), timeout).await?;
         // Opens the connection to the leader outside the timed load. The subscribers start
         // from `latest` before it, so they receive these records and skip them.
-        crate::failover_scenario::first_publish(|| async {
+        first_publish(|| async {
             client
                 .publish_to_shard(
                     TENANT,
