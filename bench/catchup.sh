@@ -43,6 +43,8 @@ set -euo pipefail
 # edit to this file during a run cannot change what the run does.
 {
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 STORES=${STORES:-"s3 file"}
 GIB=${GIB:-1}
@@ -104,38 +106,12 @@ FELIX_PID=
 WEED_PID=
 WEED_SOCKETS=()
 cleanup() {
-  for pid in $FELIX_PID $WEED_PID; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in $FELIX_PID $WEED_PID; do
-    wait "$pid" 2>/dev/null || true
-  done
+  stop_pids "$FELIX_PID" "$WEED_PID"
   rm -f "${WEED_SOCKETS[@]}"
-  if [ "$REPORT_ONLY" != 1 ] && [ "${COPIED:-0}" != 1 ] && [ -s "${OUT:-}" ]; then
-    cp "$OUT" "$RESULTS.jsonl"
-    echo "the run stopped early: its lines so far are in $RESULTS.jsonl" >&2
-  fi
+  keep_partial_results
   rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A loopback port free for both TCP and UDP (the broker's QUIC port is UDP). Other brokers
-# may be running on this machine, so nothing uses fixed ports.
-free_port() {
-  python3 - <<'PY'
-import socket
-while True:
-    t = socket.socket(); t.bind(("127.0.0.1", 0)); port = t.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", port)); print(port); break
-    except OSError:
-        pass
-    finally:
-        u.close(); t.close()
-PY
-}
+on_exit cleanup
 
 # ---- SeaweedFS (flags as in cold/src/s3server.rs: every port explicit, files in $TMP) ----
 start_weed() {
@@ -184,9 +160,7 @@ vacuum_weed() {
 }
 
 # ---- the broker ----
-QUIC_PORT=$(free_port)
-ADMIN_PORT=$(free_port)
-INTERNAL_PORT=$(free_port)
+broker_ports
 # Newer brokers also listen for Kafka clients, on a fixed default port: move it aside.
 EXTRA_FLAGS=()
 if "$FELIX" --help 2>/dev/null | grep -q -- '--kafka-addr'; then
@@ -231,13 +205,6 @@ stop_felix() {
   FELIX_PID=
 }
 
-TCK=$(getconf CLK_TCK)
-# user + system CPU ticks of a process (fields 14 and 15 of /proc/PID/stat); 0 if none.
-cpu_ticks() { if [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ]; then sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; else echo 0; fi; }
-# busy CPU ticks of the whole machine (all but idle and iowait), to see other work's share.
-busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
-secs() { awk -v a="$1" -v b="$2" -v t="$TCK" 'BEGIN { printf "%.2f", (a - b) / t }'; }
-
 # phase STORE ARGS...: one felix-bench catchup line, with the broker's and SeaweedFS's CPU
 # seconds, the machine's busy CPU, the load average before and after and the temp dir's
 # size added, appended to $OUT; the line is also left in $LINE.
@@ -245,7 +212,7 @@ phase() {
   local store=$1
   shift
   local load0 load1 f0 f1 w0 w1 b0 b1 t0 t1 disk cache
-  load0=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)
+  load0=$(loadavg)
   echo "$store: catchup $* (load $load0)" >&2
   f0=$(cpu_ticks "$FELIX_PID") w0=$(cpu_ticks "$WEED_PID") b0=$(busy_ticks) t0=$(date +%s.%N)
   if ! LINE=$("$BIN" catchup --broker "127.0.0.1:$QUIC_PORT" --admin "127.0.0.1:$ADMIN_PORT" \
@@ -256,7 +223,7 @@ phase() {
     exit 1
   fi
   f1=$(cpu_ticks "$FELIX_PID") w1=$(cpu_ticks "$WEED_PID") b1=$(busy_ticks) t1=$(date +%s.%N)
-  load1=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)
+  load1=$(loadavg)
   # Blocks in use, not apparent sizes: the cache's disk tier is a sparse file of its full size.
   disk=$(du -s -B1 "$TMP" 2>/dev/null | cut -f1 || true)
   # No cache dir at all with --cache-disk-bytes 0.
@@ -266,8 +233,6 @@ phase() {
   echo "  $(echo "$LINE" | cut -c1-400)" >&2
   sleep "${SETTLE_SECS:-2}"
 }
-
-json() { python3 -c "import json, sys; print(json.loads(sys.argv[1])$2)" "$1"; }
 
 # profile STORE LABEL ARGS...: an extra replay (not in the tables) with the broker and the
 # load generator sampled by perf (499 Hz), summarised as one "profile" line per process.

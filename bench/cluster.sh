@@ -29,6 +29,8 @@ set -euo pipefail
 # One brace group, so bash has read the whole script before it starts.
 {
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 REPS=${REPS:-3}
 RECORDS=${RECORDS:-200000}
@@ -75,10 +77,7 @@ cleanup() {
   for id in 1 2 3; do
     [ -n "${PIDS[$id]}" ] && gone "${PIDS[$id]}"
   done
-  if [ "$REPORT_ONLY" != 1 ] && [ "${COPIED:-0}" != 1 ] && [ -s "${OUT:-}" ]; then
-    cp "$OUT" "$RESULTS.jsonl"
-    echo "the run stopped early: its lines so far are in $RESULTS.jsonl" >&2
-  fi
+  keep_partial_results
   if [ "$status" != 0 ] && ls "$TMP"/lease-*/node-*/felix.log >/dev/null 2>&1; then
     local logs
     logs=$(mktemp -d "${TMPDIR:-/tmp}/cluster-logs.XXXXXX")
@@ -89,24 +88,7 @@ cleanup() {
   fi
   rm -rf "$TMP"
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A loopback port free for both TCP and UDP (QUIC is UDP). Nothing uses fixed ports.
-free_port() {
-  python3 - <<'PY'
-import socket
-while True:
-    t = socket.socket(); t.bind(("127.0.0.1", 0)); port = t.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", port)); print(port); break
-    except OSError:
-        pass
-    finally:
-        u.close(); t.close()
-PY
-}
+on_exit cleanup
 
 QUIC=("" "" "" "")
 ADMIN=("" "" "" "")
@@ -190,8 +172,6 @@ stop_cluster() {
   for id in 1 2 3; do gone "${PIDS[$id]}"; PIDS[$id]=; done
 }
 
-TCK=$(getconf CLK_TCK)
-cpu_ticks() { if [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ]; then sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; else echo 0; fi; }
 # brokers_ticks: "PID:TICKS" of each broker; ticks_delta BEFORE AFTER: the CPU ticks the
 # brokers running at both readings used in between (a broker killed in between is left out).
 brokers_ticks() { echo "${PIDS[1]}:$(cpu_ticks "${PIDS[1]}") ${PIDS[2]}:$(cpu_ticks "${PIDS[2]}") ${PIDS[3]}:$(cpu_ticks "${PIDS[3]}")"; }
@@ -202,8 +182,6 @@ b = dict(x.split(":") for x in sys.argv[1].split())
 a = dict(x.split(":") for x in sys.argv[2].split())
 print(sum(int(a[p]) - int(b[p]) for p in b if p in a and int(a[p]) > 0))' "$1" "$2"
 }
-busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
-secs() { awk -v a="$1" -v b="$2" -v t="$TCK" 'BEGIN { printf "%.2f", (a - b) / t }'; }
 
 # run KIND REP ARGS...: one felix-bench line with the lease, rep, the brokers' CPU seconds
 # (a broker killed mid-run counts only while it lived), the machine's busy CPU and the load
@@ -212,7 +190,7 @@ run() {
   local kind=$1 rep=$2
   shift 2
   local load0 load1 f0 f1 b0 b1 t0 t1
-  load0=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)
+  load0=$(loadavg)
   echo "lease $LEASE, rep $rep: felix-bench $* (load $load0)" >&2
   f0=$(brokers_ticks) b0=$(busy_ticks) t0=$(date +%s.%N)
   if ! LINE=$("$BIN" "$@" 2>"$TMP/bench.err"); then
@@ -222,13 +200,11 @@ run() {
     exit 1
   fi
   f1=$(brokers_ticks) b1=$(busy_ticks) t1=$(date +%s.%N)
-  load1=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' ,)
+  load1=$(loadavg)
   LINE=$(echo "$LINE" | sed "s/^{/{\"kind\":\"$kind\",\"lease_ms\":$LEASE,\"rep\":$rep,\"loadavg_before\":[$load0],\"loadavg_after\":[$load1],\"brokers_cpu_seconds\":$(secs "$(ticks_delta "$f0" "$f1")" 0),\"machine_busy_cpu_seconds\":$(secs "$b1" "$b0"),\"wall_seconds\":$(awk -v a="$t1" -v b="$t0" 'BEGIN { printf "%.2f", a - b }'),/")
   echo "$LINE" >>"$OUT"
   echo "  $(echo "$LINE" | cut -c1-400)" >&2
 }
-
-json() { python3 -c "import json, sys; print(json.loads(sys.argv[1])$2)" "$1"; }
 
 if [ "$REPORT_ONLY" != 1 ]; then
   # ---- 1. throughput ----

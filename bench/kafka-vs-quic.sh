@@ -29,6 +29,8 @@
 # The broker's CPU seconds and the machine's load average are read around every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 REPS=${REPS:-3}
 RECORDS=${RECORDS:-300000}
@@ -71,31 +73,12 @@ BIN=$TMP/bin/felix-bench
 FELIX=$TMP/bin/felix
 FELIX_PID=
 cleanup() {
-  if [ -n "$FELIX_PID" ]; then
-    kill "$FELIX_PID" 2>/dev/null || true
-    wait "$FELIX_PID" 2>/dev/null || true
-  fi
+  stop_pids "$FELIX_PID"
   rm -rf "$TMP"
 }
-trap cleanup EXIT
+on_exit cleanup
 
-free_port() {
-  python3 - <<'PY'
-import socket
-while True:
-    t = socket.socket(); t.bind(("127.0.0.1", 0)); port = t.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", port)); print(port); break
-    except OSError:
-        pass
-    finally:
-        u.close(); t.close()
-PY
-}
-QUIC_PORT=$(free_port)
-ADMIN_PORT=$(free_port)
-INTERNAL_PORT=$(free_port)
+broker_ports
 KAFKA_PORT=$(free_port)
 KAFKA=127.0.0.1:$KAFKA_PORT
 
@@ -219,10 +202,6 @@ with open(path, "wb") as f:
         f.write(base64.b64encode(os.urandom(size))[:size] + b"\n")
 PY
 fi
-
-TCK=$(getconf CLK_TCK)
-cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
-loadavg() { cut -d' ' -f1-3 /proc/loadavg | tr ' ' ','; }
 
 # measure PROTOCOL OP TOOL REP CMD...: runs CMD (its stdout is a JSON object, or for kcat
 # nothing useful), adds rep, wall time, broker CPU seconds and load averages, appends to $OUT.

@@ -23,6 +23,8 @@
 # from /proc around every run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=bench/lib.sh
+. bench/lib.sh
 
 REPS=${REPS:-5}
 RECORDS_F1=${RECORDS_F1:-500000}
@@ -61,35 +63,12 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/pubsub-vs-nats.XXXXXX")
 FELIX_PID=
 NATS_PID=
 cleanup() {
-  for pid in $FELIX_PID $NATS_PID; do
-    kill "$pid" 2>/dev/null || true
-  done
-  for pid in $FELIX_PID $NATS_PID; do
-    wait "$pid" 2>/dev/null || true
-  done
+  stop_pids "$FELIX_PID" "$NATS_PID"
   rm -rf "$TMP"
 }
-trap cleanup EXIT
+on_exit cleanup
 
-# A loopback port free for both TCP and UDP (the broker's QUIC port is UDP). Other brokers
-# may be running on this machine, so nothing uses fixed ports.
-free_port() {
-  python3 - <<'PY'
-import socket
-while True:
-    t = socket.socket(); t.bind(("127.0.0.1", 0)); port = t.getsockname()[1]
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    try:
-        u.bind(("127.0.0.1", port)); print(port); break
-    except OSError:
-        pass
-    finally:
-        u.close(); t.close()
-PY
-}
-QUIC_PORT=$(free_port)
-ADMIN_PORT=$(free_port)
-INTERNAL_PORT=$(free_port)
+broker_ports
 NATS_PORT=$(free_port)
 
 echo "starting felix (quic 127.0.0.1:$QUIC_PORT, data $TMP/felix)" >&2
@@ -113,11 +92,6 @@ for _ in $(seq 1 300); do
 done
 curl -sf "http://127.0.0.1:$ADMIN_PORT/healthz" >/dev/null || { echo "felix not ready" >&2; cat "$TMP/felix.log" >&2; exit 1; }
 
-TCK=$(getconf CLK_TCK)
-# user + system CPU ticks of a process (fields 14 and 15 of /proc/PID/stat).
-cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
-# busy CPU ticks of the whole machine (all but idle and iowait), to see other work's share.
-busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 server_pid() { if [ "$1" = felix ]; then echo "$FELIX_PID"; else echo "$NATS_PID"; fi; }
 records_for() { if [ "$1" = 1 ]; then echo "$RECORDS_F1"; else echo "$RECORDS_F10"; fi; }
 

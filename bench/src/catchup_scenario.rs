@@ -27,25 +27,26 @@
 //!
 //! Each phase prints one JSON line.
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use felix_client::{
-    AckMode, Client, ClientConfig, ClientError, Message, ShardInfo, StartAt, StreamConfig, codes,
-};
+use felix_client::{Client, ClientConfig, ShardInfo, StreamConfig};
 use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::pubsub_scenario::{BatchSender, LoadArgs, drive, unique_name};
+use crate::broker_metrics::{LagFigures, Scrape, StoreDelta, scrape};
+use crate::common::{
+    TENANT, connect, cpu_seconds, exists_ok, incompressible, percentiles, publish_acknowledged,
+    runtime, unique_name,
+};
+use crate::load::{BatchSender, LoadArgs, Measured, RecordReceiver, drive};
+use crate::replay::{ReplayFigures, replay};
+use crate::upload_watch::{UploadWatch, WATCH_POLL, WatchFigures};
 
-const TENANT: &str = "bench";
 const NAMESPACE: &str = "catchup";
 const GIB: f64 = (1u64 << 30) as f64;
 /// How often the waits poll the broker.
@@ -138,11 +139,7 @@ pub fn run(args: CatchupArgs) -> anyhow::Result<()> {
     if !(args.rate > 0.0 && args.rate.is_finite() && args.seconds > 0.0) {
         bail!("--rate and --seconds must be positive");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("start tokio runtime")?;
-    let line = rt.block_on(async {
+    let line = runtime()?.block_on(async {
         let bench = Bench::connect(&args).await?;
         let line = match args.phase {
             Phase::Load => serde_json::to_value(load(&bench).await?)?,
@@ -251,6 +248,31 @@ impl Bench {
         Ok(())
     }
 
+    /// A fresh stream named after `prefix` whose records leave the broker's disk once
+    /// uploaded (a hot retention of 1 ms), for a phase that publishes at a pace.
+    async fn create_passing_stream(&self, prefix: &str) -> anyhow::Result<String> {
+        let stream = unique_name(prefix);
+        let config = StreamConfig {
+            hot_retention_ms: Some(1),
+            ..Default::default()
+        };
+        self.create_stream(&stream, config).await?;
+        Ok(stream)
+    }
+
+    async fn delete_stream(&self, stream: &str) -> anyhow::Result<()> {
+        self.admin
+            .delete_stream(TENANT, NAMESPACE, stream)
+            .await
+            .with_context(|| format!("delete stream {stream}"))
+    }
+
+    /// Records for `--seconds` at `--rate`, in whole batches (at least one).
+    fn paced_records(&self) -> u64 {
+        let a = &self.args;
+        ((a.rate * a.seconds / a.batch as f64).ceil() as u64).max(1) * a.batch as u64
+    }
+
     async fn metrics(&self) -> anyhow::Result<Scrape> {
         let admin = self.args.admin.clone();
         tokio::task::spawn_blocking(move || scrape(&admin))
@@ -260,12 +282,7 @@ impl Bench {
 
     /// `records` records at `rate` (0: unpaced) to `stream`, through `--publishers` new
     /// connections.
-    async fn publish(
-        &self,
-        stream: &str,
-        records: u64,
-        rate: f64,
-    ) -> anyhow::Result<crate::pubsub_scenario::Measured> {
+    async fn publish(&self, stream: &str, records: u64, rate: f64) -> anyhow::Result<Measured> {
         let load = LoadArgs {
             records,
             size: self.args.size,
@@ -296,20 +313,6 @@ impl Bench {
     }
 }
 
-async fn connect(addr: &str, config: &ClientConfig) -> anyhow::Result<Client> {
-    Client::connect(addr, config.clone())
-        .await
-        .with_context(|| format!("connect to the broker at {addr}"))
-}
-
-/// `Ok` for success and for `already_exists`.
-fn exists_ok(r: Result<(), ClientError>) -> Result<(), ClientError> {
-    match r {
-        Err(e) if e.code() == Some(codes::ALREADY_EXISTS) => Ok(()),
-        other => other,
-    }
-}
-
 struct Sender {
     client: Client,
     stream: String,
@@ -317,57 +320,15 @@ struct Sender {
 
 impl BatchSender for Sender {
     async fn send(&self, payloads: Vec<Bytes>) -> anyhow::Result<()> {
-        let n = payloads.len() as u64;
-        let messages = incompressible(&payloads)
-            .into_iter()
-            .map(Message::new)
-            .collect();
-        let acks = self
-            .client
-            .publish_batch(TENANT, NAMESPACE, &self.stream, messages, AckMode::Batch)
-            .await?;
-        let acked: u64 = acks.iter().map(|p| p.last_offset + 1 - p.base_offset).sum();
-        if acked != n {
-            bail!("published {n} records, {acked} acknowledged");
-        }
-        Ok(())
+        let payloads = incompressible(&payloads);
+        publish_acknowledged(&self.client, NAMESPACE, &self.stream, payloads).await
     }
-}
-
-/// The payloads with every byte after the first 8 (the send time) replaced by fresh
-/// pseudo-random bytes. `drive` sends copies of one template, which the tier's Parquet
-/// encoding (zstd) would shrink a hundredfold; distinct random records keep the objects as
-/// large as the log, as real data of high entropy would.
-fn incompressible(payloads: &[Bytes]) -> Vec<Bytes> {
-    static SEED: AtomicU64 = AtomicU64::new(1);
-    let mut x = SEED
-        .fetch_add(1, Ordering::Relaxed)
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        | 1;
-    let total: usize = payloads.iter().map(Bytes::len).sum();
-    let mut buf = BytesMut::with_capacity(total);
-    let mut out = Vec::with_capacity(payloads.len());
-    for p in payloads {
-        let head = p.len().min(8);
-        buf.extend_from_slice(&p[..head]);
-        let mut left = p.len() - head;
-        while left > 0 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let take = left.min(8);
-            buf.extend_from_slice(&x.to_le_bytes()[..take]);
-            left -= take;
-        }
-        out.push(buf.split().freeze());
-    }
-    out
 }
 
 /// `drive` needs a receiver type even with no receivers.
 struct NoReceiver;
 
-impl crate::pubsub_scenario::RecordReceiver for NoReceiver {
+impl RecordReceiver for NoReceiver {
     async fn next(&mut self) -> anyhow::Result<Option<Bytes>> {
         Ok(None)
     }
@@ -389,18 +350,19 @@ struct PublishFigures {
 }
 
 impl PublishFigures {
-    fn new(m: &crate::pubsub_scenario::Measured, size: usize, rate: f64) -> PublishFigures {
+    fn new(m: &Measured, size: usize, rate: f64) -> PublishFigures {
         let secs = m.publish_seconds.max(1e-9);
+        let [ack_p50_us, ack_p99_us, ack_p999_us, ack_max_us] = percentiles(&m.ack);
         PublishFigures {
             records: m.records,
             target_rate: rate,
             seconds: m.publish_seconds,
             records_per_sec: m.records as f64 / secs,
             payload_mb_per_sec: m.records as f64 * size as f64 / secs / 1e6,
-            ack_p50_us: m.ack.value_at_quantile(0.50),
-            ack_p99_us: m.ack.value_at_quantile(0.99),
-            ack_p999_us: m.ack.value_at_quantile(0.999),
-            ack_max_us: m.ack.max(),
+            ack_p50_us,
+            ack_p99_us,
+            ack_p999_us,
+            ack_max_us,
             bench_cpu_seconds: m.cpu_seconds,
         }
     }
@@ -449,7 +411,7 @@ async fn load(b: &Bench) -> anyhow::Result<LoadReport> {
     let records = wanted.div_ceil(a.batch as u64) * a.batch as u64;
     b.create_stream(&a.stream, StreamConfig::default()).await?;
     let before = b.metrics().await?;
-    let watch = UploadWatch::start(b, &a.stream).await?;
+    let watch = UploadWatch::start(b.client().await?, NAMESPACE, &a.stream);
     let m = b.publish(&a.stream, records, 0.0).await?;
     let publish = PublishFigures::new(&m, a.size, 0.0);
     let published = b.shard(&a.stream).await?;
@@ -499,85 +461,6 @@ async fn load(b: &Bench) -> anyhow::Result<LoadReport> {
 // replay
 // ---------------------------------------------------------------------------------------
 
-/// What one subscriber read.
-#[derive(Serialize, Default, Clone)]
-struct ReplayFigures {
-    records: u64,
-    payload_bytes: u64,
-    /// Subscribe call to the last record.
-    seconds: f64,
-    /// Subscribe call to the first record.
-    first_record_ms: f64,
-    payload_mb_per_sec: f64,
-    records_per_sec: f64,
-    /// Times the reader started again from offset 0 after reaching the end.
-    passes_completed: u64,
-}
-
-/// Reads `stream` from `earliest` up to `end` (exclusive), checking the offsets are
-/// contiguous; again from the start after reaching `end` while `repeat`, until `stop` turns
-/// true. Offsets of each pass must begin at 0.
-async fn replay(
-    client: &Client,
-    stream: &str,
-    end: u64,
-    repeat: bool,
-    mut stop: watch::Receiver<bool>,
-    progress: Arc<AtomicU64>,
-) -> anyhow::Result<ReplayFigures> {
-    let mut f = ReplayFigures::default();
-    let start = Instant::now();
-    'passes: loop {
-        let mut sub = client
-            .subscribe(TENANT, NAMESPACE, stream, 0, StartAt::Earliest)
-            .await
-            .context("subscribe from earliest")?;
-        if sub.start_offset() != 0 {
-            bail!(
-                "the replay starts at offset {}, not 0: records were lost",
-                sub.start_offset()
-            );
-        }
-        let mut expected = 0u64;
-        while expected < end {
-            let event = tokio::select! {
-                biased;
-                _ = stop.changed() => break 'passes,
-                e = sub.next_event() => e,
-            };
-            let event = match event {
-                Ok(Some(event)) => event,
-                Ok(None) => bail!("the subscription ended at offset {expected} of {end}"),
-                Err(e) => {
-                    return Err(e).with_context(|| format!("subscription at offset {expected}"));
-                }
-            };
-            if event.offset != expected {
-                bail!("expected offset {expected}, got {}", event.offset);
-            }
-            if f.records == 0 {
-                f.first_record_ms = start.elapsed().as_secs_f64() * 1e3;
-            }
-            expected += 1;
-            f.records += 1;
-            f.payload_bytes += event.payload.len() as u64;
-            if f.records.is_multiple_of(4096) {
-                progress.store(f.records, Ordering::Relaxed);
-            }
-        }
-        f.passes_completed += 1;
-        if !repeat || *stop.borrow() {
-            break;
-        }
-    }
-    progress.store(f.records, Ordering::Relaxed);
-    f.seconds = start.elapsed().as_secs_f64();
-    let secs = f.seconds.max(1e-9);
-    f.payload_mb_per_sec = f.payload_bytes as f64 / secs / 1e6;
-    f.records_per_sec = f.records as f64 / secs;
-    Ok(f)
-}
-
 #[derive(Serialize)]
 struct ReplayReport {
     scenario: &'static str,
@@ -622,6 +505,7 @@ async fn replay_phase(b: &Bench) -> anyhow::Result<ReplayReport> {
     let (_stop_tx, stop) = watch::channel(false);
     let replayed = replay(
         &client,
+        NAMESPACE,
         &a.stream,
         end,
         false,
@@ -733,16 +617,8 @@ struct PublishLatencyReport {
 
 async fn publish_latency(b: &Bench) -> anyhow::Result<PublishLatencyReport> {
     let a = &b.args;
-    let live = unique_name("live");
-    b.create_stream(
-        &live,
-        StreamConfig {
-            hot_retention_ms: Some(1),
-            ..Default::default()
-        },
-    )
-    .await?;
-    let records = ((a.rate * a.seconds / a.batch as f64).ceil() as u64).max(1) * a.batch as u64;
+    let live = b.create_passing_stream("live").await?;
+    let records = b.paced_records();
     let before = b.metrics().await?;
     let (stop_tx, stop) = watch::channel(false);
     let reader = if a.cold_reader {
@@ -752,6 +628,7 @@ async fn publish_latency(b: &Bench) -> anyhow::Result<PublishLatencyReport> {
         Some(tokio::spawn(async move {
             let r = replay(
                 &client,
+                NAMESPACE,
                 &stream,
                 end,
                 true,
@@ -773,10 +650,7 @@ async fn publish_latency(b: &Bench) -> anyhow::Result<PublishLatencyReport> {
     };
     let m = m?;
     let after = b.metrics().await?;
-    b.admin
-        .delete_stream(TENANT, NAMESPACE, &live)
-        .await
-        .with_context(|| format!("delete stream {live}"))?;
+    b.delete_stream(&live).await?;
     Ok(PublishLatencyReport {
         scenario: "catchup",
         phase: Phase::PublishLatency,
@@ -814,18 +688,10 @@ struct UploadLagReport {
 
 async fn upload_lag(b: &Bench) -> anyhow::Result<UploadLagReport> {
     let a = &b.args;
-    let stream = unique_name("lag");
-    b.create_stream(
-        &stream,
-        StreamConfig {
-            hot_retention_ms: Some(1),
-            ..Default::default()
-        },
-    )
-    .await?;
-    let records = ((a.rate * a.seconds / a.batch as f64).ceil() as u64).max(1) * a.batch as u64;
+    let stream = b.create_passing_stream("lag").await?;
+    let records = b.paced_records();
     let before = b.metrics().await?;
-    let watch = UploadWatch::start(b, &stream).await?;
+    let watch = UploadWatch::start(b.client().await?, NAMESPACE, &stream);
     let m = b.publish(&stream, records, a.rate).await;
     let (_, drained) = b
         .wait_for(&stream, "every sealed segment uploaded", |s| {
@@ -837,10 +703,7 @@ async fn upload_lag(b: &Bench) -> anyhow::Result<UploadLagReport> {
     let watched = watch.finish().await?;
     let m = m?;
     let after = b.metrics().await?;
-    b.admin
-        .delete_stream(TENANT, NAMESPACE, &stream)
-        .await
-        .with_context(|| format!("delete stream {stream}"))?;
+    b.delete_stream(&stream).await?;
     Ok(UploadLagReport {
         scenario: "catchup",
         phase: Phase::UploadLag,
@@ -853,337 +716,4 @@ async fn upload_lag(b: &Bench) -> anyhow::Result<UploadLagReport> {
         upload_lag: LagFigures::between(&before, &after),
         store: StoreDelta::between(&before, &after),
     })
-}
-
-// ---------------------------------------------------------------------------------------
-// upload watch: seal-to-record lag seen from outside
-// ---------------------------------------------------------------------------------------
-
-/// How often the upload watch lists a stream's segments.
-const WATCH_POLL: Duration = Duration::from_millis(50);
-
-/// Every segment's seal-to-record lag as a client sees it: `list_segments` every
-/// [`WATCH_POLL`] on a connection of its own, noting when each segment (by last offset)
-/// is first listed sealed (`uploading`, or `hot` with timestamps, which the active segment
-/// lacks) and when first listed `cold` (recorded in the manifest). Each time is late by up
-/// to one poll, so a lag is within about ±[`WATCH_POLL`]. Unlike the broker's histogram,
-/// it sees every segment, including those sealed while the uploader was busy.
-struct UploadWatch {
-    stop: watch::Sender<bool>,
-    task: tokio::task::JoinHandle<WatchFigures>,
-}
-
-/// What the upload watch saw.
-#[derive(Serialize, Default)]
-struct WatchFigures {
-    poll_ms: u64,
-    /// Segments seen sealed and then recorded.
-    segments: u64,
-    /// Segments recorded without ever being listed as sealed (sealed and recorded within
-    /// one poll); counted in the quantiles as a lag of 0.
-    recorded_within_one_poll: u64,
-    p50_seconds: Option<f64>,
-    p99_seconds: Option<f64>,
-    max_seconds: Option<f64>,
-    mean_seconds: Option<f64>,
-    /// Most sealed segments (and their bytes) waiting for upload in any one listing.
-    max_backlog_segments: u64,
-    max_backlog_bytes: u64,
-    /// Listings that failed (ignored).
-    list_errors: u64,
-}
-
-impl UploadWatch {
-    async fn start(b: &Bench, stream: &str) -> anyhow::Result<UploadWatch> {
-        let client = b.client().await?;
-        let stream = stream.to_owned();
-        let (stop, mut stopped) = watch::channel(false);
-        let task = tokio::spawn(async move {
-            let mut sealed: BTreeMap<u64, Instant> = BTreeMap::new();
-            let mut recorded: BTreeMap<u64, Instant> = BTreeMap::new();
-            let mut f = WatchFigures {
-                poll_ms: WATCH_POLL.as_millis() as u64,
-                ..WatchFigures::default()
-            };
-            let mut tick = tokio::time::interval(WATCH_POLL);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = stopped.changed() => break,
-                    _ = tick.tick() => {}
-                }
-                let list = match client.list_segments(TENANT, NAMESPACE, &stream).await {
-                    Ok(list) => list,
-                    Err(_) => {
-                        f.list_errors += 1;
-                        continue;
-                    }
-                };
-                let now = Instant::now();
-                let (mut waiting, mut bytes) = (0, 0);
-                for seg in list.iter().filter(|s| s.shard == 0) {
-                    let is_sealed = seg.tier == "uploading"
-                        || (seg.tier == "hot" && (seg.min_timestamp, seg.max_timestamp) != (0, 0));
-                    if seg.tier == "cold" {
-                        recorded.entry(seg.last_offset).or_insert(now);
-                    } else if is_sealed {
-                        sealed.entry(seg.last_offset).or_insert(now);
-                        waiting += 1;
-                        bytes += seg.size_bytes;
-                    }
-                }
-                f.max_backlog_segments = f.max_backlog_segments.max(waiting);
-                f.max_backlog_bytes = f.max_backlog_bytes.max(bytes);
-            }
-            client.close().await;
-            let mut lags: Vec<f64> = Vec::new();
-            for (last, at) in &recorded {
-                match sealed.get(last) {
-                    Some(s) => lags.push(at.saturating_duration_since(*s).as_secs_f64()),
-                    None => {
-                        f.recorded_within_one_poll += 1;
-                        lags.push(0.0);
-                    }
-                }
-            }
-            lags.sort_by(f64::total_cmp);
-            f.segments = lags.len() as u64;
-            let q = |q: f64| -> Option<f64> {
-                // The nearest-rank quantile.
-                let n = lags.len();
-                (n > 0).then(|| lags[((q * n as f64).ceil() as usize).clamp(1, n) - 1])
-            };
-            f.p50_seconds = q(0.50);
-            f.p99_seconds = q(0.99);
-            f.max_seconds = lags.last().copied();
-            f.mean_seconds =
-                (!lags.is_empty()).then(|| lags.iter().sum::<f64>() / lags.len() as f64);
-            f
-        });
-        Ok(UploadWatch { stop, task })
-    }
-
-    async fn finish(self) -> anyhow::Result<WatchFigures> {
-        let _ = self.stop.send(true);
-        self.task.await.context("upload watch task")
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// /metrics
-// ---------------------------------------------------------------------------------------
-
-/// The broker's `/metrics`, as sample name (with labels) → value.
-struct Scrape(BTreeMap<String, f64>);
-
-impl Scrape {
-    fn get(&self, name: &str) -> f64 {
-        self.0.get(name).copied().unwrap_or(0.0)
-    }
-
-    /// `(upper bound, cumulative count)` of a histogram's buckets, `+Inf` last.
-    fn buckets(&self, name: &str) -> Vec<(f64, f64)> {
-        let prefix = format!("{name}_bucket{{le=\"");
-        let mut out: Vec<(f64, f64)> = self
-            .0
-            .iter()
-            .filter_map(|(k, v)| {
-                let le = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
-                let le = if le == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    le.parse().ok()?
-                };
-                Some((le, *v))
-            })
-            .collect();
-        out.sort_by(|a, b| a.0.total_cmp(&b.0));
-        out
-    }
-}
-
-/// A plain HTTP/1.0 GET of `http://{admin}/metrics` (no client library needed for one page).
-fn scrape(admin: &str) -> anyhow::Result<Scrape> {
-    let mut conn = TcpStream::connect(admin)
-        .with_context(|| format!("connect to the admin address {admin}"))?;
-    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(conn, "GET /metrics HTTP/1.0\r\nHost: {admin}\r\n\r\n")?;
-    let mut text = String::new();
-    conn.read_to_string(&mut text)
-        .with_context(|| format!("read http://{admin}/metrics"))?;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("no end of headers in the /metrics response")?;
-    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
-        bail!(
-            "GET http://{admin}/metrics: {}",
-            head.lines().next().unwrap_or("")
-        );
-    }
-    let mut samples = BTreeMap::new();
-    for line in body.lines() {
-        if line.starts_with('#') || line.is_empty() {
-            continue;
-        }
-        if let Some((name, value)) = line.rsplit_once(' ')
-            && let Ok(v) = value.parse::<f64>()
-        {
-            samples.insert(name.to_owned(), v);
-        }
-    }
-    Ok(Scrape(samples))
-}
-
-/// Object-store traffic between two scrapes.
-#[derive(Serialize, Default)]
-struct StoreDelta {
-    get_requests: u64,
-    get_bytes: u64,
-    put_requests: u64,
-    cache_hits: u64,
-    cache_misses: u64,
-    uploaded_objects: u64,
-    uploaded_bytes: u64,
-    upload_errors: u64,
-}
-
-impl StoreDelta {
-    fn between(before: &Scrape, after: &Scrape) -> StoreDelta {
-        let d = |name: &str| (after.get(name) - before.get(name)).max(0.0) as u64;
-        StoreDelta {
-            get_requests: d("felix_tier_store_get_requests_total"),
-            get_bytes: d("felix_tier_store_get_bytes_total"),
-            put_requests: d("felix_tier_store_put_requests_total"),
-            cache_hits: d("felix_cold_cache_hits_total"),
-            cache_misses: d("felix_cold_cache_misses_total"),
-            uploaded_objects: d("felix_tier_uploaded_objects_total"),
-            uploaded_bytes: d("felix_tier_uploaded_bytes_total"),
-            upload_errors: d("felix_tier_upload_errors_total"),
-        }
-    }
-}
-
-const LAG: &str = "felix_tier_upload_lag_seconds";
-
-/// Seal-to-record lag observed between two scrapes. Quantiles are bucket upper bounds
-/// (`None` past the last finite bound).
-#[derive(Serialize, Default)]
-struct LagFigures {
-    count: u64,
-    mean_seconds: Option<f64>,
-    p50_le_seconds: Option<f64>,
-    p99_le_seconds: Option<f64>,
-    max_le_seconds: Option<f64>,
-    /// `(upper bound, observations in this bucket)`, empty buckets left out.
-    buckets: Vec<(String, u64)>,
-}
-
-impl LagFigures {
-    fn between(before: &Scrape, after: &Scrape) -> LagFigures {
-        let b0 = before.buckets(LAG);
-        let b1 = after.buckets(LAG);
-        let count = (after.get(&format!("{LAG}_count")) - before.get(&format!("{LAG}_count")))
-            .max(0.0) as u64;
-        let sum = after.get(&format!("{LAG}_sum")) - before.get(&format!("{LAG}_sum"));
-        // Cumulative counts in the window, per upper bound.
-        let cum: Vec<(f64, f64)> = b1
-            .iter()
-            .map(|(le, v)| {
-                let was = b0.iter().find(|(l, _)| l == le).map_or(0.0, |(_, v0)| *v0);
-                (*le, v - was)
-            })
-            .collect();
-        let quantile = |q: f64| -> Option<f64> {
-            if count == 0 {
-                return None;
-            }
-            let target = q * count as f64;
-            cum.iter()
-                .find(|(_, c)| *c >= target - 1e-9)
-                .map(|(le, _)| *le)
-                .filter(|le| le.is_finite())
-        };
-        let mut buckets = Vec::new();
-        let mut prev = 0.0;
-        for (le, c) in &cum {
-            let n = (c - prev).max(0.0) as u64;
-            prev = *c;
-            if n > 0 {
-                let name = if le.is_finite() {
-                    format!("{le}")
-                } else {
-                    "+Inf".to_owned()
-                };
-                buckets.push((name, n));
-            }
-        }
-        LagFigures {
-            count,
-            mean_seconds: (count > 0).then(|| sum / count as f64),
-            p50_le_seconds: quantile(0.50),
-            p99_le_seconds: quantile(0.99),
-            max_le_seconds: quantile(1.0),
-            buckets,
-        }
-    }
-}
-
-/// CPU seconds (user + system) used by this process so far.
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage only writes the struct it is given.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return 0.0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn scrape_of(text: &str) -> Scrape {
-        let mut m = BTreeMap::new();
-        for line in text.lines() {
-            let (k, v) = line.rsplit_once(' ').unwrap();
-            m.insert(k.to_owned(), v.parse().unwrap());
-        }
-        Scrape(m)
-    }
-
-    #[test]
-    fn lag_quantiles_are_bucket_bounds_of_the_window() {
-        let before = scrape_of(
-            "felix_tier_upload_lag_seconds_bucket{le=\"0.5\"} 10\n\
-             felix_tier_upload_lag_seconds_bucket{le=\"1.0\"} 10\n\
-             felix_tier_upload_lag_seconds_bucket{le=\"+Inf\"} 10\n\
-             felix_tier_upload_lag_seconds_count 10\n\
-             felix_tier_upload_lag_seconds_sum 2.0",
-        );
-        let after = scrape_of(
-            "felix_tier_upload_lag_seconds_bucket{le=\"0.5\"} 108\n\
-             felix_tier_upload_lag_seconds_bucket{le=\"1.0\"} 109\n\
-             felix_tier_upload_lag_seconds_bucket{le=\"+Inf\"} 110\n\
-             felix_tier_upload_lag_seconds_count 110\n\
-             felix_tier_upload_lag_seconds_sum 52.0",
-        );
-        let lag = LagFigures::between(&before, &after);
-        assert_eq!(lag.count, 100);
-        assert_eq!(lag.mean_seconds, Some(0.5));
-        assert_eq!(lag.p50_le_seconds, Some(0.5));
-        assert_eq!(lag.p99_le_seconds, Some(1.0));
-        assert_eq!(
-            lag.max_le_seconds, None,
-            "one observation past the last bound"
-        );
-        assert_eq!(
-            lag.buckets,
-            vec![
-                ("0.5".to_owned(), 98),
-                ("1".to_owned(), 1),
-                ("+Inf".to_owned(), 1)
-            ]
-        );
-    }
 }

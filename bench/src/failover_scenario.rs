@@ -32,9 +32,8 @@ use felix_client::{ClientError, ClusterClient, IdempotentClusterProducer, Messag
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::pubsub_scenario::{
-    TENANT, cluster_client, create_cluster_stream, histogram, payload_template,
-};
+use crate::cluster::{cluster_client, create_cluster_stream, first_publish};
+use crate::common::{TENANT, histogram, payload_template, print_line, runtime};
 
 const NAMESPACE: &str = "cluster";
 
@@ -194,27 +193,6 @@ async fn publish_one(
         .map(|_| ())
 }
 
-/// Runs `publish` until it succeeds, for at most 10 s: a broker that leads a stream created a
-/// moment ago (told so by another broker) may not know the stream yet and answer
-/// `unknown_stream`, and a `ClusterClient` does not retry that on a publish.
-pub(crate) async fn first_publish<F, Fut>(publish: F) -> anyhow::Result<()>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<(), ClientError>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match publish().await {
-            Ok(()) => return Ok(()),
-            Err(e) if Instant::now() < deadline => {
-                eprintln!("first publish: {e}; trying again");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(e) => return Err(e).context("first publish"),
-        }
-    }
-}
-
 /// Polls the topology every 50 ms from `since` until it names a live leader other than
 /// `victim`; the instant it did and the leader.
 async fn watch_leader(
@@ -255,13 +233,7 @@ pub fn run(args: FailoverArgs) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     let internal = id_map(&args.internal, "--internal")?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("start tokio runtime")?;
-    let report = rt.block_on(run_async(&args, &pids, &internal))?;
-    println!("{}", serde_json::to_string(&report)?);
-    Ok(())
+    print_line(&runtime()?.block_on(run_async(&args, &pids, &internal))?)
 }
 
 async fn run_async(

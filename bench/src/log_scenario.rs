@@ -259,6 +259,5 @@ pub fn run(args: LogArgs) -> anyhow::Result<()> {
     if !args.keep {
         std::fs::remove_dir_all(&dir).with_context(|| format!("remove {}", dir.display()))?;
     }
-    println!("{}", serde_json::to_string(&report)?);
-    Ok(())
+    crate::common::print_line(&report)
 }

@@ -22,13 +22,19 @@
 // leader). Errors are the rare path; boxing would change the type every caller matches on.
 #![allow(clippy::result_large_err)]
 
+mod broker_metrics;
 mod catchup_scenario;
+mod cluster;
+mod common;
 mod failover_scenario;
+mod load;
 mod log_scenario;
 mod meta_scenario;
 #[cfg(feature = "nats")]
 mod nats_scenario;
 mod pubsub_scenario;
+mod replay;
+mod upload_watch;
 
 use clap::{Parser, Subcommand};
 

@@ -85,8 +85,7 @@ pub fn run(args: MetaArgs) -> anyhow::Result<()> {
         .build()
         .context("start tokio runtime")?;
     let report = rt.block_on(run_async(&args))?;
-    println!("{}", serde_json::to_string(&report)?);
-    Ok(())
+    crate::common::print_line(&report)
 }
 
 async fn run_async(args: &MetaArgs) -> anyhow::Result<MetaReport> {

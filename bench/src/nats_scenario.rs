@@ -18,7 +18,8 @@ use bytes::Bytes;
 use clap::Args;
 use futures::StreamExt;
 
-use crate::pubsub_scenario::{BatchSender, LoadArgs, RecordReceiver, drive, unique_name};
+use crate::common::{print_line, runtime, unique_name};
+use crate::load::{BatchSender, LoadArgs, RecordReceiver, drive};
 
 #[derive(Args, Debug, Clone)]
 pub struct NatsArgs {
@@ -66,11 +67,7 @@ impl RecordReceiver for NatsReceiver {
 
 pub fn run(args: NatsArgs) -> anyhow::Result<()> {
     args.load.check()?;
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("start tokio runtime")?;
-    let report = rt.block_on(async {
+    let report = runtime()?.block_on(async {
         let load = &args.load;
         // Room for every publish in flight, so the client never holds a publish back itself.
         let max_acks = (load.publishers * load.inflight * load.batch).max(5_000);
@@ -144,6 +141,5 @@ pub fn run(args: NatsArgs) -> anyhow::Result<()> {
         }
         anyhow::Ok(load.report("nats-pubsub", "nats", name, measured))
     })?;
-    println!("{}", serde_json::to_string(&report)?);
-    Ok(())
+    print_line(&report)
 }

@@ -25,13 +25,23 @@
 mod config;
 mod error;
 mod log;
+mod queue;
+mod read;
 mod read_cache;
 mod recovery;
+mod retention;
 mod segment;
+mod shared;
+mod shared_read;
 mod writer;
 
 pub use config::{FsyncPolicy, LogConfig, RetentionPolicy};
 pub use error::LogError;
-pub use log::{Appended, LogOffsets, LogRead, RetentionOutcome, ShardLog, SharedRead, WriteGate};
+pub use log::{LogOffsets, ShardLog};
+pub use queue::Appended;
+pub use read::LogRead;
 pub use read_cache::{READ_BLOCK_BYTES, ReadCache};
+pub use retention::RetentionOutcome;
 pub use segment::SealedSegment;
+pub use shared::WriteGate;
+pub use shared_read::SharedRead;

@@ -26,8 +26,9 @@ use tracing::{error, warn};
 
 use crate::config::FsyncPolicy;
 use crate::error::LogError;
-use crate::log::{Request, Shared};
+use crate::queue::Request;
 use crate::segment::{Segment, index_file_name, sync_dir, write_index_file};
+use crate::shared::Shared;
 
 /// How often an idle writer wakes to roll aged segments.
 const IDLE_TICK: Duration = Duration::from_millis(200);

@@ -1,0 +1,98 @@
+//! A consumer replaying a stream from its first record, as the catch-up scenario measures
+//! it.
+//!
+//! Decides what counts as a correct replay: it starts at offset 0 (else records were lost)
+//! and every record's offset is the one after the last (no gap, no repeat), up to the end
+//! the stream had when the replay began. Timing runs from the subscribe call, so it includes
+//! finding the first record wherever it is (local disk, cache or object store).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use felix_client::{Client, StartAt};
+use serde::Serialize;
+use tokio::sync::watch;
+
+use crate::common::TENANT;
+
+/// What one subscriber read.
+#[derive(Serialize, Default, Clone)]
+pub(crate) struct ReplayFigures {
+    pub(crate) records: u64,
+    pub(crate) payload_bytes: u64,
+    /// Subscribe call to the last record.
+    pub(crate) seconds: f64,
+    /// Subscribe call to the first record.
+    pub(crate) first_record_ms: f64,
+    pub(crate) payload_mb_per_sec: f64,
+    pub(crate) records_per_sec: f64,
+    /// Times the reader started again from offset 0 after reaching the end.
+    pub(crate) passes_completed: u64,
+}
+
+/// Reads `stream` (in tenant `bench`, `namespace`) from `earliest` up to `end` (exclusive),
+/// checking the offsets are contiguous; again from the start after reaching `end` while
+/// `repeat`, until `stop` turns true. Offsets of each pass must begin at 0.
+pub(crate) async fn replay(
+    client: &Client,
+    namespace: &str,
+    stream: &str,
+    end: u64,
+    repeat: bool,
+    mut stop: watch::Receiver<bool>,
+    progress: Arc<AtomicU64>,
+) -> anyhow::Result<ReplayFigures> {
+    let mut f = ReplayFigures::default();
+    let start = Instant::now();
+    'passes: loop {
+        let mut sub = client
+            .subscribe(TENANT, namespace, stream, 0, StartAt::Earliest)
+            .await
+            .context("subscribe from earliest")?;
+        if sub.start_offset() != 0 {
+            bail!(
+                "the replay starts at offset {}, not 0: records were lost",
+                sub.start_offset()
+            );
+        }
+        let mut expected = 0u64;
+        while expected < end {
+            let event = tokio::select! {
+                biased;
+                _ = stop.changed() => break 'passes,
+                e = sub.next_event() => e,
+            };
+            let event = match event {
+                Ok(Some(event)) => event,
+                Ok(None) => bail!("the subscription ended at offset {expected} of {end}"),
+                Err(e) => {
+                    return Err(e).with_context(|| format!("subscription at offset {expected}"));
+                }
+            };
+            if event.offset != expected {
+                bail!("expected offset {expected}, got {}", event.offset);
+            }
+            if f.records == 0 {
+                f.first_record_ms = start.elapsed().as_secs_f64() * 1e3;
+            }
+            expected += 1;
+            f.records += 1;
+            f.payload_bytes += event.payload.len() as u64;
+            if f.records.is_multiple_of(4096) {
+                progress.store(f.records, Ordering::Relaxed);
+            }
+        }
+        f.passes_completed += 1;
+        if !repeat || *stop.borrow() {
+            break;
+        }
+    }
+    progress.store(f.records, Ordering::Relaxed);
+    f.seconds = start.elapsed().as_secs_f64();
+    let secs = f.seconds.max(1e-9);
+    f.payload_mb_per_sec = f.payload_bytes as f64 / secs / 1e6;
+    f.records_per_sec = f.records as f64 / secs;
+    Ok(f)
+}
