@@ -61,8 +61,11 @@ pub(crate) async fn finish_object_deletes(broker: Weak<Broker>) {
             }
         }
         // A delete shows in the registry (the stream goes); otherwise look again shortly,
-        // which also notices gaining leadership.
-        let _ = tokio::time::timeout(SWEEP_EVERY, registry.changed()).await;
+        // which also notices gaining leadership. A closed registry (shutting down) must not
+        // turn this into a busy loop.
+        if let Ok(Err(_)) = tokio::time::timeout(SWEEP_EVERY, registry.changed()).await {
+            tokio::time::sleep(SWEEP_EVERY).await;
+        }
     }
 }
 
@@ -83,6 +86,7 @@ async fn remove_objects(
         return;
     };
     let prefix = format!("tenant={tenant}/namespace={namespace}/stream={name}/");
+    info!(stream = key, "removing a deleted stream's objects");
     let mut backoff = Duration::from_millis(200);
     while meta.is_leader() {
         match remove_prefix(&store, &prefix).await {

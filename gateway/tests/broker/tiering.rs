@@ -719,3 +719,88 @@ async fn a_wiped_local_volume_continues_offsets_after_the_uploaded_history() {
         "uploaded history, then the records published after the wipe",
     );
 }
+
+/// Deletes that stay deleted, in the object store too: a deleted tiered stream's objects are
+/// removed even when the broker that took the delete is killed before it could remove them
+/// (here the object store is unreachable from the delete until after the kill), and the
+/// name stays reserved, with a typed retryable refusal, until they are gone. The
+/// reservation is control-plane state; it used to live in the deleting broker's memory, so
+/// a kill left the objects behind for good and freed the name at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_streams_objects_are_removed_after_a_crash_and_its_name_waits_for_them() {
+    let env = Tiering::new("deleted").await;
+    let mut broker = Broker::start(env.options()).await;
+    let client = broker.client().await;
+    tiered_stream(&client, StreamConfig::default()).await;
+    publish(&client, 0, 300).await;
+    wait_for_shard(&client, "some segments uploaded", |s| s.uploaded_end > 0).await;
+    let store = env.store().await;
+    let prefix = format!("tenant={TENANT}/namespace={NS}/stream={STREAM}/");
+    let objects = store.list(&prefix).await.expect("list").len();
+    assert!(objects > 0, "the stream has objects to delete");
+
+    env.proxy.set_down(true);
+    client
+        .delete_stream(TENANT, NS, STREAM)
+        .await
+        .expect("delete while the object store is down");
+    let again = StreamConfig {
+        durable: Some(true),
+        tiered: Some(true),
+        ..StreamConfig::default()
+    };
+    match client
+        .create_stream(TENANT, NS, STREAM, again.clone())
+        .await
+    {
+        Err(ClientError::Broker(body)) => {
+            assert_eq!(body.code, codes::ALREADY_EXISTS, "{body:?}");
+            assert_eq!(body.reason, "stream_being_deleted", "{body:?}");
+            assert!(body.retry_after_ms.is_some(), "retryable: {body:?}");
+        }
+        other => panic!("the name of a stream whose objects remain was taken: {other:?}"),
+    }
+    drop(client);
+    broker.kill();
+    // (An upload in flight when the store went down may have landed as well.)
+    let left = store.list(&prefix).await.expect("list").len();
+    assert!(
+        left >= objects,
+        "nothing could be removed while the store was down: {left} of {objects} left"
+    );
+
+    env.proxy.set_down(false);
+    broker.restart().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let left = store.list(&prefix).await.expect("list");
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a deleted stream's objects outlived a restart: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The name frees itself once the objects are gone; the new stream starts empty.
+    let client = broker.client().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while let Err(e) = client
+        .create_stream(TENANT, NS, STREAM, again.clone())
+        .await
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the name stayed reserved after the objects were gone: {e:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let shard = wait_for_shard(&client, "the new stream", |_| true).await;
+    assert_eq!(
+        (shard.first_offset, shard.next_offset),
+        (0, 0),
+        "a new, empty stream"
+    );
+}
