@@ -19,7 +19,7 @@ use felix_client::{
 };
 use tokio::sync::Mutex;
 
-use super::common::{Broker, BrokerOptions, PATIENCE, free_tcp_addr, http_request};
+use super::common::{Broker, BrokerOptions, PATIENCE, free_tcp_addr, http_request, shard_leader};
 
 /// Short leases so a failover takes seconds, not the default ten.
 const LEASE_MS: u64 = 1500;
@@ -90,20 +90,7 @@ impl Cluster {
 
     /// Waits until the shard has a leader other than `not` (and returns it).
     async fn leader(&self, client: &ClusterClient, stream: &str, not: Option<u64>) -> u64 {
-        let deadline = tokio::time::Instant::now() + PATIENCE;
-        loop {
-            if let Ok(t) = client.topology("t", "ns", stream).await
-                && let Some((id, _)) = t.leader(0)
-                && Some(id) != not
-            {
-                return id;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no new leader for {stream} within {PATIENCE:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        shard_leader(client, ("t", "ns", stream), not).await
     }
 }
 

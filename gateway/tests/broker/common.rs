@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use felix_client::{Client, ClientConfig, Event, StreamConfig, Subscription};
+use felix_client::{Client, ClientConfig, ClusterClient, Event, StreamConfig, Subscription};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_felix");
@@ -460,5 +460,28 @@ pub fn assert_contiguous(events: &[Event], from: u64, what: &str) {
             e.offset,
             from + i as u64
         );
+    }
+}
+
+/// The leader of shard 0 of `tenant/namespace/stream` as the cluster's topology names it,
+/// once there is one other than `not` (a failover's new leader).
+pub async fn shard_leader(
+    client: &ClusterClient,
+    (tenant, namespace, stream): (&str, &str, &str),
+    not: Option<u64>,
+) -> u64 {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Ok(t) = client.topology(tenant, namespace, stream).await
+            && let Some((id, _)) = t.leader(0)
+            && Some(id) != not
+        {
+            return id;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leader (other than {not:?}) for {stream} within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

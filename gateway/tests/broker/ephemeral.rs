@@ -24,7 +24,9 @@ use felix_client::{
 use tokio::sync::mpsc;
 
 use super::cluster::Cluster;
-use super::common::{Broker, BrokerOptions, PATIENCE, metric_lines, metric_value, read_until};
+use super::common::{
+    Broker, BrokerOptions, PATIENCE, metric_lines, metric_value, read_until, shard_leader,
+};
 
 const T: &str = "eph";
 const NS: &str = "ns";
@@ -330,20 +332,7 @@ async fn an_idempotent_batch_resent_to_an_ephemeral_stream_is_offered_once(clien
 
 /// The shard's leader as the cluster's topology names it, once it is not `not`.
 async fn ephemeral_leader(client: &ClusterClient, stream: &str, not: Option<u64>) -> u64 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Ok(t) = client.topology(T, NS, stream).await
-            && let Some((id, _)) = t.leader(0)
-            && Some(id) != not
-        {
-            return id;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no leader (other than {not:?}) for {stream} within {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    shard_leader(client, (T, NS, stream), not).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

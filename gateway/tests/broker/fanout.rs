@@ -60,15 +60,6 @@ async fn publish_batch_and_follow(
     fast_events.extend(got);
 }
 
-async fn lagged_subscriptions(broker: &Broker) -> f64 {
-    let text = broker.metrics().await;
-    metric_lines(&text, "felix_sub_lagged_total")
-        .iter()
-        .filter(|l| l.contains(&format!("tenant=\"{TENANT}\"")))
-        .map(|l| metric_value(l))
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_subscriber_lags_alone_and_resumes_without_loss() {
     let broker =
@@ -106,7 +97,7 @@ async fn a_stalled_subscriber_lags_alone_and_resumes_without_loss() {
         )
         .await;
         batches += 1;
-        if batches.is_multiple_of(4) && lagged_subscriptions(&broker).await >= 1.0 {
+        if batches.is_multiple_of(4) && lagged_subscriptions_of(&broker, TENANT).await >= 1.0 {
             break;
         }
         assert!(
@@ -211,7 +202,7 @@ async fn a_stalled_subscriber_lags_alone_and_resumes_without_loss() {
     }
 
     // Only the stalled one lagged.
-    let lagged = lagged_subscriptions(&broker).await;
+    let lagged = lagged_subscriptions_of(&broker, TENANT).await;
     assert_eq!(lagged, 1.0, "exactly one subscription ended as lagged");
 }
 
@@ -423,6 +414,7 @@ async fn a_subscriber_without_the_lagged_feature_keeps_its_subscription_and_fall
     assert_eq!(log_lines_with(&broker, DELIVERED_AGAIN), 1);
 }
 
+/// Subscriptions of `tenant` ended as lagged so far.
 async fn lagged_subscriptions_of(broker: &Broker, tenant: &str) -> f64 {
     let text = broker.metrics().await;
     metric_lines(&text, "felix_sub_lagged_total")

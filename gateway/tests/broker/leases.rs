@@ -18,7 +18,7 @@ use felix_client::{
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::cluster::{Cluster, set_isolated};
-use super::common::{Broker, PATIENCE, http_request, metric_lines, metric_value};
+use super::common::{Broker, PATIENCE, http_request, metric_lines, metric_value, shard_leader};
 
 /// Long enough for the checks a cut-off broker must pass while its lease still holds, short
 /// enough that a lapse takes seconds.
@@ -52,20 +52,7 @@ async fn create(client: &ClusterClient, name: &str, consistency: &str, replicas:
 
 /// The shard's leader as the cluster client sees it, once it is not `not`.
 async fn leader_of(client: &ClusterClient, stream: &str, not: Option<u64>) -> u64 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Ok(t) = client.topology(T, NS, stream).await
-            && let Some((id, _)) = t.leader(0)
-            && Some(id) != not
-        {
-            return id;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{stream}: no leader"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    shard_leader(client, (T, NS, stream), not).await
 }
 
 /// `prefix-0..n`, one acknowledged publish each, through an idempotent producer (a publish
