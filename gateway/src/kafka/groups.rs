@@ -923,7 +923,8 @@ pub async fn offset_fetch(kafka: &Kafka, request: OffsetFetchRequest) -> OffsetF
     OffsetFetchResponse::default().with_topics(topics)
 }
 
-/// FindCoordinator: this broker coordinates every group; transactions are not supported.
+/// FindCoordinator: this broker coordinates every group; a transaction coordinator is
+/// refused (Felix has no transactions).
 pub fn find_coordinator(
     kafka: &Kafka,
     request: FindCoordinatorRequest,
@@ -938,10 +939,15 @@ pub fn find_coordinator(
     let coordinator_of = |key: &str| -> (BrokerId, StrBytes, i32) {
         cluster_coordinator(kafka, key).unwrap_or((me, host.clone(), port))
     };
+    // A transaction coordinator lookup is refused with an error clients treat as fatal
+    // (an authorization failure), so `init_transactions()` fails at once with the message
+    // instead of retrying the lookup until its timeout (librdkafka) or reporting a missing
+    // group coordinator (kafkajs).
     let refusal = |key_type: i8| {
         (key_type != 0).then_some((
-            ResponseError::InvalidRequest,
-            "Felix coordinates consumer groups only: transactions are not supported",
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "Felix has no transactions: use an idempotent producer (enable.idempotence) \
+             without a transactional.id",
         ))
     };
     if version >= 4 {

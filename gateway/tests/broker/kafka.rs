@@ -758,6 +758,24 @@ async fn a_too_new_api_versions_gets_the_v0_answer_and_bad_requests_close_only_t
     assert_eq!(&r[4..6], &0i16.to_be_bytes(), "no error");
 }
 
+/// Felix has no transactions, and a transactional producer must learn it at once: the
+/// transaction-coordinator lookup is refused with an error librdkafka treats as fatal and
+/// not retriable, carrying Felix's reason. (It used to be refused with one librdkafka
+/// retried until `init_transactions()` timed out, reporting a retriable `_TIMED_OUT`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_producer_is_refused_at_once_with_a_fatal_error_naming_the_reason() {
+    let broker = Broker::start(options()).await;
+    let refused = python(&["transactions", &broker.kafka_addr.to_string()]).await;
+    assert_eq!(
+        refused["error"], "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+        "{refused}"
+    );
+    assert_eq!(refused["fatal"], true, "{refused}");
+    assert_eq!(refused["retriable"], false, "{refused}");
+    let message = refused["message"].as_str().unwrap_or_default();
+    assert!(message.contains("Felix has no transactions"), "{refused}");
+}
+
 /// Kafka's admin API reads and sets a topic's retention as the stream's settings, and a
 /// config Felix cannot honour is refused by name rather than ignored.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

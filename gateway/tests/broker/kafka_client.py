@@ -209,6 +209,20 @@ def group(args):
     print(json.dumps({"records": processed, "per_member": counts, "failures": failures[:20]}))
 
 
+def transactions(args):
+    """Asks for transactions (init_transactions): Felix has none and must say so at once,
+    with an error the client does not retry."""
+    producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": "felix-tx"})
+    started = time.monotonic()
+    try:
+        producer.init_transactions(args.timeout)
+        print(json.dumps({"error": None}))
+    except KafkaException as e:
+        err = e.args[0]
+        print(json.dumps({"error": err.name(), "fatal": err.fatal(), "retriable": err.retriable(),
+                          "message": err.str(), "seconds": time.monotonic() - started}))
+
+
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -224,6 +238,10 @@ def main():
     p.add_argument("topic")
     p.add_argument("set", nargs="*")
     p.set_defaults(run=configs)
+    p = sub.add_parser("transactions")
+    p.add_argument("bootstrap")
+    p.add_argument("--timeout", type=float, default=30)
+    p.set_defaults(run=transactions)
     p = sub.add_parser("produce")
     p.add_argument("bootstrap")
     p.add_argument("topic")
