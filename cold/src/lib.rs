@@ -8,6 +8,8 @@
 //!   coalesced fetches and read-ahead; [`decode_pool`] the low-priority threads that decode
 //!   what it fetches.
 //! * [`uploader`] — moves a shard's committed history into objects recorded in the manifest.
+//! * [`keeper`] — the manifest's keeper as the tier sees it ([`keeper::ManifestKeeper`]): the
+//!   control plane's handle in a broker, [`keeper::MemoryControlPlane`] in tests.
 //! * [`tiered`] — one read path over both tiers.
 //! * [`s3server`] — a real S3-compatible server (SeaweedFS) for tests.
 
@@ -15,6 +17,7 @@ pub mod cache;
 pub mod decode_pool;
 pub mod error;
 pub mod faults;
+pub mod keeper;
 pub mod retention;
 pub mod s3server;
 pub mod segment;

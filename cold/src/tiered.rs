@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use felix_hot::{LogError, ReadCache, ShardLog, SharedRead};
+use felix_meta::MetaState;
 use felix_meta::model::{SegmentEntry, ShardKey};
-use felix_meta::{MetaHandle, MetaState};
 use felix_wire::BatchHeader;
 use parking_lot::RwLock;
 
 use crate::cache::{ColdCache, ObjectRef};
 use crate::error::ColdError;
+use crate::keeper::ManifestKeeper;
 
 /// The objects of one shard as this broker knows them, and the shard's floor (its earliest
 /// offset after total retention). The uploader and retention keep it in step with the
@@ -80,13 +81,9 @@ impl Manifest {
         }
     }
 
-    /// Loads a shard's manifest from the control plane (a linearizable read).
-    pub async fn load(meta: &MetaHandle, shard: &ShardKey) -> Result<Manifest, ColdError> {
-        let state = meta
-            .read(|s| ManifestState::of(s, shard))
-            .await
-            .map_err(|e| ColdError::Meta(e.to_string()))?;
-        Ok(Manifest::new(state))
+    /// Loads a shard's manifest from its keeper, the control plane (a linearizable read).
+    pub async fn load(meta: &dyn ManifestKeeper, shard: &ShardKey) -> Result<Manifest, ColdError> {
+        Ok(Manifest::new(meta.load(shard).await?))
     }
 
     pub fn snapshot(&self) -> ManifestState {

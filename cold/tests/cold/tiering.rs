@@ -11,6 +11,7 @@ use bytes::Bytes;
 use felix_cold::ColdError;
 use felix_cold::cache::{CacheConfig, ColdCache, ObjectRef};
 use felix_cold::faults::{Faults, FaultyStore};
+use felix_cold::keeper::MemoryControlPlane;
 use felix_cold::retention::{self, RetentionReport};
 use felix_cold::segment::{EncodeOptions, ObjectInfo, encode_to_bytes};
 use felix_cold::store::{StoreConfig, StoreError, TierStore};
@@ -18,7 +19,7 @@ use felix_cold::tiered::{Manifest, Tier, TieredRead, TieredShard};
 use felix_cold::uploader::{NoObserver, Uploader, UploaderConfig, object_key};
 use felix_hot::{LogConfig, SealedSegment, ShardLog};
 use felix_meta::model::{SegmentEntry, ShardKey, StreamSettings, TierState};
-use felix_meta::{Command, CommandError, MetaConfig, MetaError, MetaHandle, MetaNode};
+use felix_meta::{Command, CommandError, MetaError};
 use felix_wire::{BatchBuilder, BatchIter, Compression, DecodedBatch, Header, Record};
 use object_store::memory::InMemory;
 
@@ -93,8 +94,9 @@ impl Default for Options {
 /// One shard's tiering, wired as the gateway wires it.
 struct Rig {
     _dir: tempfile::TempDir,
-    _node: MetaNode,
-    meta: MetaHandle,
+    /// The shard's manifest keeper: the control plane's rules, in memory (these tests are
+    /// about the tier, not about Raft).
+    meta: MemoryControlPlane,
     key: ShardKey,
     log: ShardLog,
     store: TierStore,
@@ -109,18 +111,7 @@ struct Rig {
 impl Rig {
     async fn start(opts: Options) -> Rig {
         let dir = tempfile::tempdir().expect("temp dir");
-        let node = MetaNode::start(MetaConfig::single(
-            1,
-            dir.path(),
-            "127.0.0.1:0".parse().expect("address"),
-        ))
-        .await
-        .expect("control plane starts");
-        let meta = node.handle().clone();
-        assert!(
-            meta.wait_ready(Duration::from_secs(20)).await,
-            "control plane ready"
-        );
+        let meta = MemoryControlPlane::default();
         let key = ShardKey {
             tenant: "acme".into(),
             namespace: "prod".into(),
@@ -190,7 +181,6 @@ impl Rig {
         );
         Rig {
             _dir: dir,
-            _node: node,
             meta,
             key,
             log,

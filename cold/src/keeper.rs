@@ -1,0 +1,144 @@
+//! Who keeps a shard's object manifest, as the tier sees it: a small trait,
+//! [`ManifestKeeper`], with the three things the uploader and retention ask of the control
+//! plane (read a shard's manifest, record an uploaded object, trim the oldest objects).
+//! Invariant: whatever keeps the manifest applies the control plane's own rules
+//! ([`felix_meta::MetaState::apply`]): an object is recorded only where the manifest ends,
+//! so two uploaders racing for one range cannot both succeed; a trim raises the floor and
+//! names what it removed.
+//!
+//! The broker's keeper is its [`MetaHandle`] (the Raft group). [`MemoryControlPlane`]
+//! applies the same commands to a [`MetaState`] held in memory: one process, no Raft, for
+//! tests of the tier that are not about consensus.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use felix_meta::model::{SegmentEntry, ShardKey};
+use felix_meta::{Applied, Command, CommandError, MetaError, MetaHandle, MetaState};
+use parking_lot::Mutex;
+
+use crate::error::ColdError;
+use crate::tiered::ManifestState;
+
+/// What became of an object the uploader asked to record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// It is in the manifest now.
+    Done,
+    /// The range is recorded already (an earlier attempt whose answer was lost, or another
+    /// leader): reload the manifest and take its word.
+    RangeTaken,
+}
+
+/// The control plane's side of a shard's manifest, as the tier needs it.
+#[async_trait]
+pub trait ManifestKeeper: Send + Sync {
+    /// A shard's manifest as committed (a linearizable read).
+    async fn load(&self, shard: &ShardKey) -> Result<ManifestState, ColdError>;
+    /// Records an uploaded object at the end of a shard's manifest.
+    async fn record_object(
+        &self,
+        shard: &ShardKey,
+        entry: SegmentEntry,
+    ) -> Result<Recorded, ColdError>;
+    /// Forgets every object wholly below `below` and raises the shard's floor to it: the
+    /// objects may be deleted once this returns. The entries removed, when the keeper's
+    /// answer names them.
+    async fn trim(
+        &self,
+        shard: &ShardKey,
+        below: u64,
+    ) -> Result<Option<Vec<SegmentEntry>>, ColdError>;
+}
+
+/// The two calls a control plane answers (the Raft group's handle, or one in memory); the
+/// manifest operations are built on them once, below.
+#[async_trait]
+trait ControlPlane: Send + Sync {
+    async fn propose(&self, cmd: Command) -> Result<Applied, MetaError>;
+    async fn manifest(&self, shard: &ShardKey) -> Result<ManifestState, MetaError>;
+}
+
+#[async_trait]
+impl<T: ControlPlane> ManifestKeeper for T {
+    async fn load(&self, shard: &ShardKey) -> Result<ManifestState, ColdError> {
+        self.manifest(shard)
+            .await
+            .map_err(|e| ColdError::Meta(e.to_string()))
+    }
+
+    async fn record_object(
+        &self,
+        shard: &ShardKey,
+        entry: SegmentEntry,
+    ) -> Result<Recorded, ColdError> {
+        let cmd = Command::RecordObject {
+            shard: shard.clone(),
+            segment: entry,
+        };
+        match self.propose(cmd).await {
+            Ok(_) => Ok(Recorded::Done),
+            Err(MetaError::Rejected(CommandError::AlreadyExists { .. })) => {
+                Ok(Recorded::RangeTaken)
+            }
+            Err(e) => Err(ColdError::Meta(e.to_string())),
+        }
+    }
+
+    async fn trim(
+        &self,
+        shard: &ShardKey,
+        below: u64,
+    ) -> Result<Option<Vec<SegmentEntry>>, ColdError> {
+        let cmd = Command::TrimManifest {
+            shard: shard.clone(),
+            below,
+        };
+        match self.propose(cmd).await {
+            Ok(Applied::Trimmed { removed }) => Ok(Some(removed)),
+            Ok(_) => Ok(None),
+            Err(e) => Err(ColdError::Meta(e.to_string())),
+        }
+    }
+}
+
+#[async_trait]
+impl ControlPlane for MetaHandle {
+    async fn propose(&self, cmd: Command) -> Result<Applied, MetaError> {
+        MetaHandle::propose(self, cmd).await
+    }
+
+    async fn manifest(&self, shard: &ShardKey) -> Result<ManifestState, MetaError> {
+        self.read(|s| ManifestState::of(s, shard)).await
+    }
+}
+
+/// A control plane of one, in memory: commands are applied to a [`MetaState`] by the same
+/// rules as the Raft group's state machine, at once. Cheap to clone (clones share the state).
+#[derive(Debug, Clone, Default)]
+pub struct MemoryControlPlane {
+    state: Arc<Mutex<MetaState>>,
+}
+
+impl MemoryControlPlane {
+    /// Applies `cmd`, answering as [`MetaHandle::propose`] does.
+    pub async fn propose(&self, cmd: Command) -> Result<Applied, MetaError> {
+        self.state.lock().apply(&cmd).map_err(MetaError::Rejected)
+    }
+
+    /// Reads the state, as [`MetaHandle::read`] does.
+    pub async fn read<T>(&self, f: impl FnOnce(&MetaState) -> T) -> Result<T, MetaError> {
+        Ok(f(&self.state.lock()))
+    }
+}
+
+#[async_trait]
+impl ControlPlane for MemoryControlPlane {
+    async fn propose(&self, cmd: Command) -> Result<Applied, MetaError> {
+        MemoryControlPlane::propose(self, cmd).await
+    }
+
+    async fn manifest(&self, shard: &ShardKey) -> Result<ManifestState, MetaError> {
+        self.read(|s| ManifestState::of(s, shard)).await
+    }
+}
