@@ -142,3 +142,111 @@ impl ControlPlane for MemoryControlPlane {
         self.read(|s| ManifestState::of(s, shard)).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use felix_meta::model::{StreamSettings, TierState};
+
+    use super::*;
+
+    fn shard() -> ShardKey {
+        ShardKey {
+            tenant: "acme".into(),
+            namespace: "prod".into(),
+            stream: "orders".into(),
+            shard: 0,
+        }
+    }
+
+    fn object(base: u64, last: u64) -> SegmentEntry {
+        SegmentEntry {
+            base_offset: base,
+            last_offset: last,
+            min_timestamp: 0,
+            max_timestamp: 0,
+            size_bytes: 10,
+            tier: TierState::Cold,
+            object_key: Some(format!("{base}-{last}")),
+            checksum: None,
+            local_copies: Default::default(),
+        }
+    }
+
+    async fn control_plane_with_a_stream() -> MemoryControlPlane {
+        let meta = MemoryControlPlane::default();
+        let key = shard();
+        for cmd in [
+            Command::CreateTenant {
+                name: key.tenant.clone(),
+            },
+            Command::CreateNamespace {
+                tenant: key.tenant.clone(),
+                name: key.namespace.clone(),
+            },
+            Command::CreateStream {
+                tenant: key.tenant.clone(),
+                namespace: key.namespace.clone(),
+                name: key.stream.clone(),
+                settings: StreamSettings::default(),
+            },
+        ] {
+            meta.propose(cmd).await.expect("command applies");
+        }
+        meta
+    }
+
+    #[tokio::test]
+    async fn a_range_is_recorded_once_and_only_where_the_manifest_ends() {
+        let meta = control_plane_with_a_stream().await;
+        let keeper: &dyn ManifestKeeper = &meta;
+        let key = shard();
+        assert_eq!(
+            keeper.record_object(&key, object(0, 9)).await.ok(),
+            Some(Recorded::Done)
+        );
+        assert_eq!(
+            keeper.record_object(&key, object(0, 9)).await.ok(),
+            Some(Recorded::RangeTaken)
+        );
+        assert_eq!(
+            keeper.record_object(&key, object(20, 29)).await.ok(),
+            Some(Recorded::RangeTaken),
+            "a gap is refused like an overlap"
+        );
+        assert_eq!(
+            keeper.record_object(&key, object(10, 19)).await.ok(),
+            Some(Recorded::Done)
+        );
+        let state = keeper.load(&key).await.expect("loads");
+        assert_eq!(state.uploaded_end(), 20);
+        assert_eq!(state.objects.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_trim_names_what_it_removed_and_raises_the_floor() {
+        let meta = control_plane_with_a_stream().await;
+        let keeper: &dyn ManifestKeeper = &meta;
+        let key = shard();
+        for (base, last) in [(0, 9), (10, 19), (20, 29)] {
+            keeper
+                .record_object(&key, object(base, last))
+                .await
+                .expect("records");
+        }
+        let removed = keeper.trim(&key, 15).await.expect("trims");
+        assert_eq!(removed, Some(vec![object(0, 9)]));
+        let state = keeper.load(&key).await.expect("loads");
+        assert_eq!(state.floor, 15);
+        assert_eq!(state.objects.keys().copied().collect::<Vec<_>>(), [10, 20]);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_shard_is_a_control_plane_error() {
+        let meta = MemoryControlPlane::default();
+        let keeper: &dyn ManifestKeeper = &meta;
+        assert!(matches!(
+            keeper.record_object(&shard(), object(0, 9)).await,
+            Err(ColdError::Meta(_))
+        ));
+    }
+}
