@@ -1,8 +1,7 @@
 //! felix-cold: the object-store tier of a shard.
 //!
 //! * [`store`] — the object store a broker tiers to (`file://`, `memory://`, `s3://`), with
-//!   timeouts, retries and a concurrency limit on every call; [`faults`] wraps a store to
-//!   inject the failures a real server cannot be made to produce.
+//!   timeouts, retries and a concurrency limit on every call.
 //! * [`segment`] — the Parquet object format: record batches in, Parquet out, and back.
 //! * [`cache`] — footers and row groups of objects in a foyer memory + disk cache, with
 //!   coalesced fetches and read-ahead; [`decode_pool`] the low-priority threads that decode
@@ -11,15 +10,15 @@
 //! * [`keeper`] — the manifest's keeper as the tier sees it ([`keeper::ManifestKeeper`]): the
 //!   control plane's handle in a broker, [`keeper::MemoryControlPlane`] in tests.
 //! * [`tiered`] — one read path over both tiers.
-//! * [`s3server`] — a real S3-compatible server (SeaweedFS) for tests.
+//!
+//! The test doubles (a fault-injecting store, a SeaweedFS launcher) live in felix-testkit,
+//! outside the broker binary.
 
 pub mod cache;
 pub mod decode_pool;
 pub mod error;
-pub mod faults;
 pub mod keeper;
 pub mod retention;
-pub mod s3server;
 pub mod segment;
 pub mod store;
 pub mod tiered;

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use felix_cold::ColdError;
 use felix_cold::cache::{CacheConfig, ColdCache, ObjectRef};
-use felix_cold::faults::{Faults, FaultyStore};
 use felix_cold::keeper::MemoryControlPlane;
 use felix_cold::retention::{self, RetentionReport};
 use felix_cold::segment::{EncodeOptions, ObjectInfo, encode_to_bytes};
@@ -20,6 +19,7 @@ use felix_cold::uploader::{NoObserver, Uploader, UploaderConfig, object_key};
 use felix_hot::{LogConfig, SealedSegment, ShardLog};
 use felix_meta::model::{SegmentEntry, ShardKey, StreamSettings, TierState};
 use felix_meta::{Command, CommandError, MetaError};
+use felix_testkit::faults::{Faults, FaultyStore};
 use felix_wire::{BatchBuilder, BatchIter, Compression, DecodedBatch, Header, Record};
 use object_store::memory::InMemory;
 
