@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use felix_meta::model::{SegmentEntry, ShardKey};
+use felix_meta::model::{SegmentEntry, ShardKey, StreamSettings};
 use felix_meta::{Applied, Command, CommandError, MetaError, MetaHandle, MetaState};
 use parking_lot::Mutex;
 
@@ -121,6 +121,33 @@ pub struct MemoryControlPlane {
 }
 
 impl MemoryControlPlane {
+    /// A control plane holding `shard`'s tenant, namespace and stream (with `settings`):
+    /// where a test of one shard's tier starts.
+    pub async fn with_stream(
+        shard: &ShardKey,
+        settings: StreamSettings,
+    ) -> Result<MemoryControlPlane, MetaError> {
+        let meta = MemoryControlPlane::default();
+        for cmd in [
+            Command::CreateTenant {
+                name: shard.tenant.clone(),
+            },
+            Command::CreateNamespace {
+                tenant: shard.tenant.clone(),
+                name: shard.namespace.clone(),
+            },
+            Command::CreateStream {
+                tenant: shard.tenant.clone(),
+                namespace: shard.namespace.clone(),
+                name: shard.stream.clone(),
+                settings,
+            },
+        ] {
+            meta.propose(cmd).await?;
+        }
+        Ok(meta)
+    }
+
     /// Applies `cmd`, answering as [`MetaHandle::propose`] does.
     pub async fn propose(&self, cmd: Command) -> Result<Applied, MetaError> {
         self.state.lock().apply(&cmd).map_err(MetaError::Rejected)
@@ -145,7 +172,7 @@ impl ControlPlane for MemoryControlPlane {
 
 #[cfg(test)]
 mod tests {
-    use felix_meta::model::{StreamSettings, TierState};
+    use felix_meta::model::TierState;
 
     use super::*;
 
@@ -173,26 +200,9 @@ mod tests {
     }
 
     async fn control_plane_with_a_stream() -> MemoryControlPlane {
-        let meta = MemoryControlPlane::default();
-        let key = shard();
-        for cmd in [
-            Command::CreateTenant {
-                name: key.tenant.clone(),
-            },
-            Command::CreateNamespace {
-                tenant: key.tenant.clone(),
-                name: key.namespace.clone(),
-            },
-            Command::CreateStream {
-                tenant: key.tenant.clone(),
-                namespace: key.namespace.clone(),
-                name: key.stream.clone(),
-                settings: StreamSettings::default(),
-            },
-        ] {
-            meta.propose(cmd).await.expect("command applies");
-        }
-        meta
+        MemoryControlPlane::with_stream(&shard(), StreamSettings::default())
+            .await
+            .expect("stream created")
     }
 
     #[tokio::test]

@@ -111,30 +111,15 @@ struct Rig {
 impl Rig {
     async fn start(opts: Options) -> Rig {
         let dir = tempfile::tempdir().expect("temp dir");
-        let meta = MemoryControlPlane::default();
         let key = ShardKey {
             tenant: "acme".into(),
             namespace: "prod".into(),
             stream: "orders".into(),
             shard: 0,
         };
-        for cmd in [
-            Command::CreateTenant {
-                name: key.tenant.clone(),
-            },
-            Command::CreateNamespace {
-                tenant: key.tenant.clone(),
-                name: key.namespace.clone(),
-            },
-            Command::CreateStream {
-                tenant: key.tenant.clone(),
-                namespace: key.namespace.clone(),
-                name: key.stream.clone(),
-                settings: StreamSettings::default(),
-            },
-        ] {
-            meta.propose(cmd).await.expect("control plane command");
-        }
+        let meta = MemoryControlPlane::with_stream(&key, StreamSettings::default())
+            .await
+            .expect("control plane command");
         let log = ShardLog::open(
             dir.path().join("log"),
             LogConfig {
