@@ -1,10 +1,8 @@
-//! Who keeps a shard's object manifest, as the tier sees it: a small trait,
-//! [`ManifestKeeper`], with the three things the uploader and retention ask of the control
-//! plane (read a shard's manifest, record an uploaded object, trim the oldest objects).
-//! Invariant: whatever keeps the manifest applies the control plane's own rules
-//! ([`felix_meta::MetaState::apply`]): an object is recorded only where the manifest ends,
-//! so two uploaders racing for one range cannot both succeed; a trim raises the floor and
-//! names what it removed.
+//! The keepers of a shard's manifest: what answers the tier's [`ManifestKeeper`] calls (read
+//! a shard's manifest, record an uploaded object, trim the oldest objects). Invariant:
+//! every keeper applies the control plane's own rules ([`felix_meta::MetaState::apply`]): an
+//! object is recorded only where the manifest ends, so two uploaders racing for one range
+//! cannot both succeed; a trim raises the floor and names what it removed.
 //!
 //! The broker's keeper is its [`MetaHandle`] (the Raft group). [`MemoryControlPlane`]
 //! applies the same commands to a [`MetaState`] held in memory: one process, no Raft, for
@@ -18,38 +16,8 @@ use felix_meta::{Applied, Command, CommandError, MetaError, MetaHandle, MetaStat
 use parking_lot::Mutex;
 
 use crate::error::ColdError;
-use crate::tiered::ManifestState;
-
-/// What became of an object the uploader asked to record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recorded {
-    /// It is in the manifest now.
-    Done,
-    /// The range is recorded already (an earlier attempt whose answer was lost, or another
-    /// leader): reload the manifest and take its word.
-    RangeTaken,
-}
-
-/// The control plane's side of a shard's manifest, as the tier needs it.
-#[async_trait]
-pub trait ManifestKeeper: Send + Sync {
-    /// A shard's manifest as committed (a linearizable read).
-    async fn load(&self, shard: &ShardKey) -> Result<ManifestState, ColdError>;
-    /// Records an uploaded object at the end of a shard's manifest.
-    async fn record_object(
-        &self,
-        shard: &ShardKey,
-        entry: SegmentEntry,
-    ) -> Result<Recorded, ColdError>;
-    /// Forgets every object wholly below `below` and raises the shard's floor to it: the
-    /// objects may be deleted once this returns. The entries removed, when the keeper's
-    /// answer names them.
-    async fn trim(
-        &self,
-        shard: &ShardKey,
-        below: u64,
-    ) -> Result<Option<Vec<SegmentEntry>>, ColdError>;
-}
+use crate::manifest::ManifestState;
+pub use crate::manifest::{ManifestKeeper, Recorded};
 
 /// The two calls a control plane answers (the Raft group's handle, or one in memory); the
 /// manifest operations are built on them once, below.

@@ -7,7 +7,8 @@
 //!   coalesced fetches and read-ahead; [`decode_pool`] the low-priority threads that decode
 //!   what it fetches.
 //! * [`uploader`] — moves a shard's committed history into objects recorded in the manifest.
-//! * [`keeper`] — the manifest's keeper as the tier sees it ([`keeper::ManifestKeeper`]): the
+//! * [`manifest`] — a shard's manifest: this broker's copy, and what the tier asks of the
+//!   control plane that keeps it ([`manifest::ManifestKeeper`]); [`keeper`] the keepers: the
 //!   control plane's handle in a broker, [`keeper::MemoryControlPlane`] in tests.
 //! * [`tiered`] — one read path over both tiers.
 //!
@@ -18,6 +19,7 @@ pub mod cache;
 pub mod decode_pool;
 pub mod error;
 pub mod keeper;
+pub mod manifest;
 pub mod retention;
 pub mod segment;
 pub mod store;

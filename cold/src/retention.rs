@@ -17,7 +17,7 @@ use felix_hot::RetentionPolicy;
 use felix_meta::model::{SegmentEntry, StreamSettings};
 
 use crate::error::ColdError;
-use crate::keeper::ManifestKeeper;
+use crate::manifest::ManifestKeeper;
 use crate::tiered::TieredShard;
 
 /// What one pass removed.

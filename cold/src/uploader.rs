@@ -24,10 +24,10 @@ use object_store::buffered::BufWriter;
 use tokio::sync::{broadcast, watch};
 
 use crate::error::ColdError;
-use crate::keeper::{ManifestKeeper, Recorded};
+use crate::manifest::{Manifest, ManifestKeeper, Recorded};
 use crate::segment::{EncodeOptions, ObjectInfo, SegmentEncoder};
 use crate::store::TierStore;
-use crate::tiered::{Manifest, upload_backlog};
+use crate::tiered::upload_backlog;
 
 /// What the uploader reports, for metrics.
 pub trait TierObserver: Send + Sync {
