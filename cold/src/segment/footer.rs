@@ -36,8 +36,9 @@ pub struct RowGroupInfo {
     /// In the file: from the first column chunk's start to the last one's end.
     pub byte_range: Range<u64>,
     /// The CRC32C of the row group's canonical content (`felix.row_group_digests`), which
-    /// [`decode_row_group`] checks the rebuilt batches against. `None` in objects written
-    /// before the digests existed: for those only the structure and offsets are checked.
+    /// [`decode_row_group`](super::decode_row_group) checks the rebuilt batches against.
+    /// `None` in objects written before the digests existed: for those only the structure
+    /// and offsets are checked.
     pub content_digest: Option<u32>,
 }
 
