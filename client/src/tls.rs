@@ -28,12 +28,8 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 
 /// QUIC max idle timeout (the spec's default).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(6);
-/// How often an idle connection sends a keep-alive (well inside the idle timeout).
-pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
-/// Receive window of one stream: a whole maximum frame (16 MiB) fits without a stall.
-pub const STREAM_WINDOW: u32 = 16 * 1024 * 1024;
-/// Receive (and send) window of a connection, across its streams.
-pub const CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
+/// The transport bounds the client shares with the broker (felix-wire's `transport`).
+pub use felix_wire::transport::{CONNECTION_WINDOW, KEEP_ALIVE, MAX_UDP_PAYLOAD, STREAM_WINDOW};
 
 /// The name the broker's generated default certificate carries (besides the loopback
 /// addresses); see [`server_name`].
@@ -138,13 +134,6 @@ pub fn server_name(host: &str) -> String {
         Err(_) => host.to_string(),
     }
 }
-
-/// The largest UDP payload the client sends or accepts; MTU discovery probes up to it from
-/// QUIC's 1200 bytes. The broker's bound (felix-gateway `tls::MAX_UDP_PAYLOAD`) says why
-/// large datagrams matter and why 6,500: quinn sends up to 10 in one segmentation-offload
-/// call, which the kernel refuses past 65,507 bytes.
-pub const MAX_UDP_PAYLOAD: u16 = 6_500;
-const _: () = assert!(10 * MAX_UDP_PAYLOAD as usize <= 65_507);
 
 /// A client endpoint bound to `bind`: [`quinn::Endpoint::client`] with the endpoint's
 /// datagram limit raised to [`MAX_UDP_PAYLOAD`].

@@ -1,22 +1,26 @@
 //! felix-cold: the object-store tier of a shard.
 //!
 //! * [`store`] — the object store a broker tiers to (`file://`, `memory://`, `s3://`), with
-//!   timeouts, retries and a concurrency limit on every call; [`faults`] wraps a store to
-//!   inject the failures a real server cannot be made to produce.
+//!   timeouts, retries and a concurrency limit on every call.
 //! * [`segment`] — the Parquet object format: record batches in, Parquet out, and back.
 //! * [`cache`] — footers and row groups of objects in a foyer memory + disk cache, with
 //!   coalesced fetches and read-ahead; [`decode_pool`] the low-priority threads that decode
 //!   what it fetches.
 //! * [`uploader`] — moves a shard's committed history into objects recorded in the manifest.
+//! * [`manifest`] — a shard's manifest: this broker's copy, and what the tier asks of the
+//!   control plane that keeps it ([`manifest::ManifestKeeper`]); [`keeper`] the keepers: the
+//!   control plane's handle in a broker, [`keeper::MemoryControlPlane`] in tests.
 //! * [`tiered`] — one read path over both tiers.
-//! * [`s3server`] — a real S3-compatible server (SeaweedFS) for tests.
+//!
+//! The test doubles (a fault-injecting store, a SeaweedFS launcher) live in felix-testkit,
+//! outside the broker binary.
 
 pub mod cache;
 pub mod decode_pool;
 pub mod error;
-pub mod faults;
+pub mod keeper;
+pub mod manifest;
 pub mod retention;
-pub mod s3server;
 pub mod segment;
 pub mod store;
 pub mod tiered;

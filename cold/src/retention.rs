@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use felix_hot::RetentionPolicy;
 use felix_meta::model::{SegmentEntry, StreamSettings};
-use felix_meta::{Applied, Command, MetaHandle};
 
 use crate::error::ColdError;
+use crate::manifest::ManifestKeeper;
 use crate::tiered::TieredShard;
 
 /// What one pass removed.
@@ -34,7 +34,7 @@ pub struct RetentionReport {
 /// Applies the stream's retention settings to one shard once.
 pub async fn enforce(
     shard: &TieredShard,
-    meta: &MetaHandle,
+    meta: &dyn ManifestKeeper,
     settings: &StreamSettings,
     acked_end: u64,
     now_ms: i64,
@@ -47,18 +47,9 @@ pub async fn enforce(
     let expired = expired_objects(shard, settings, acked_end, now_ms);
     if let Some(last) = expired.last() {
         let below = last.last_offset + 1;
-        let applied = meta
-            .propose(Command::TrimManifest {
-                shard: shard.key.clone(),
-                below,
-            })
-            .await
-            .map_err(|e| ColdError::Meta(e.to_string()))?;
+        let trimmed = meta.trim(&shard.key, below).await?;
         shard.manifest.trim(below);
-        let removed = match applied {
-            Applied::Trimmed { removed } => removed,
-            _ => expired,
-        };
+        let removed = trimmed.unwrap_or(expired);
         // The manifest no longer names these objects, so no reader will look for them;
         // deleting them now only frees space. A failure leaves an orphan, logged.
         for entry in &removed {

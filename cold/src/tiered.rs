@@ -3,61 +3,16 @@
 //! log. A reader moving forward crosses from cold to hot without a gap or a repeat, because
 //! the manifest is contiguous and the hot log only drops segments the manifest covers.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use felix_hot::{LogError, ReadCache, ShardLog, SharedRead};
-use felix_meta::model::{SegmentEntry, ShardKey};
-use felix_meta::{MetaHandle, MetaState};
+use felix_meta::model::ShardKey;
 use felix_wire::BatchHeader;
-use parking_lot::RwLock;
 
 use crate::cache::{ColdCache, ObjectRef};
 use crate::error::ColdError;
-
-/// The objects of one shard as this broker knows them, and the shard's floor (its earliest
-/// offset after total retention). The uploader and retention keep it in step with the
-/// control plane: they change it only after their command is committed.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ManifestState {
-    /// base offset → object
-    pub objects: BTreeMap<u64, SegmentEntry>,
-    pub floor: u64,
-}
-
-impl ManifestState {
-    /// A shard's manifest as the control-plane state `state` records it.
-    pub fn of(state: &MetaState, shard: &ShardKey) -> ManifestState {
-        ManifestState {
-            objects: state.manifests.get(shard).cloned().unwrap_or_default(),
-            floor: state.manifest_floors.get(shard).copied().unwrap_or(0),
-        }
-    }
-
-    /// One past the last offset covered by objects, or the floor when there are none: where
-    /// the next object must start.
-    pub fn uploaded_end(&self) -> u64 {
-        self.objects
-            .values()
-            .next_back()
-            .map_or(self.floor, |e| e.last_offset + 1)
-    }
-
-    /// The object holding `offset`.
-    pub fn object_for(&self, offset: u64) -> Option<&SegmentEntry> {
-        self.objects
-            .range(..=offset)
-            .next_back()
-            .map(|(_, e)| e)
-            .filter(|e| e.last_offset >= offset)
-    }
-
-    /// Bytes held in objects.
-    pub fn cold_bytes(&self) -> u64 {
-        self.objects.values().map(|e| e.size_bytes).sum()
-    }
-}
+pub use crate::manifest::{Manifest, ManifestState};
 
 /// Sealed local segments not yet covered by objects ending at `uploaded_end`: how many,
 /// and their bytes (the upload backlog).
@@ -66,60 +21,6 @@ pub fn upload_backlog(log: &ShardLog, uploaded_end: u64) -> (u64, u64) {
         .iter()
         .filter(|s| s.last_offset >= uploaded_end)
         .fold((0, 0), |(n, b), s| (n + 1, b + s.size_bytes))
-}
-
-#[derive(Debug, Default)]
-pub struct Manifest {
-    state: RwLock<ManifestState>,
-}
-
-impl Manifest {
-    pub fn new(state: ManifestState) -> Manifest {
-        Manifest {
-            state: RwLock::new(state),
-        }
-    }
-
-    /// Loads a shard's manifest from the control plane (a linearizable read).
-    pub async fn load(meta: &MetaHandle, shard: &ShardKey) -> Result<Manifest, ColdError> {
-        let state = meta
-            .read(|s| ManifestState::of(s, shard))
-            .await
-            .map_err(|e| ColdError::Meta(e.to_string()))?;
-        Ok(Manifest::new(state))
-    }
-
-    pub fn snapshot(&self) -> ManifestState {
-        self.state.read().clone()
-    }
-
-    pub fn uploaded_end(&self) -> u64 {
-        self.state.read().uploaded_end()
-    }
-
-    pub fn floor(&self) -> u64 {
-        self.state.read().floor
-    }
-
-    pub fn object_for(&self, offset: u64) -> Option<SegmentEntry> {
-        self.state.read().object_for(offset).cloned()
-    }
-
-    /// Records a committed object.
-    pub fn push(&self, entry: SegmentEntry) {
-        self.state.write().objects.insert(entry.base_offset, entry);
-    }
-
-    /// Applies a committed trim.
-    pub fn trim(&self, below: u64) {
-        let mut s = self.state.write();
-        s.floor = s.floor.max(below);
-        s.objects.retain(|_, e| e.last_offset >= below);
-    }
-
-    pub fn replace(&self, state: ManifestState) {
-        *self.state.write() = state;
-    }
 }
 
 /// Which tier served a read.
@@ -180,7 +81,7 @@ impl TieredShard {
     /// The first offset a reader can get: the oldest object's, or the hot log's when no
     /// object is older, never below the retention floor.
     pub fn earliest_offset(&self) -> u64 {
-        let m = self.manifest.state.read();
+        let m = self.manifest.state();
         let hot_first = self.log.first_offset();
         let cold_first = m.objects.keys().next().copied();
         let first = match cold_first {
@@ -284,7 +185,7 @@ impl TieredShard {
     pub async fn offset_for_time(&self, timestamp_ms: i64) -> Result<Option<u64>, ColdError> {
         let hot_first = self.log.first_offset();
         let candidate = {
-            let m = self.manifest.state.read();
+            let m = self.manifest.state();
             m.objects
                 .values()
                 .find(|e| e.max_timestamp >= timestamp_ms && e.base_offset < hot_first)

@@ -19,15 +19,15 @@ use std::time::{Duration, Instant};
 
 use felix_hot::{SealedSegment, ShardLog};
 use felix_meta::model::{SegmentEntry, ShardKey, TierState};
-use felix_meta::{Applied, CommandError, MetaError, MetaHandle};
 use felix_wire::BatchHeader;
 use object_store::buffered::BufWriter;
 use tokio::sync::{broadcast, watch};
 
 use crate::error::ColdError;
+use crate::manifest::{Manifest, ManifestKeeper, Recorded};
 use crate::segment::{EncodeOptions, ObjectInfo, SegmentEncoder};
 use crate::store::TierStore;
-use crate::tiered::{Manifest, upload_backlog};
+use crate::tiered::upload_backlog;
 
 /// What the uploader reports, for metrics.
 pub trait TierObserver: Send + Sync {
@@ -90,7 +90,7 @@ pub struct Uploader {
     log: ShardLog,
     manifest: Arc<Manifest>,
     store: TierStore,
-    meta: MetaHandle,
+    meta: Arc<dyn ManifestKeeper>,
     broker_id: u64,
     config: UploaderConfig,
     observer: Arc<dyn TierObserver>,
@@ -108,7 +108,7 @@ impl Uploader {
         log: ShardLog,
         manifest: Arc<Manifest>,
         store: TierStore,
-        meta: MetaHandle,
+        meta: impl ManifestKeeper + 'static,
         broker_id: u64,
         config: UploaderConfig,
         observer: Arc<dyn TierObserver>,
@@ -119,7 +119,7 @@ impl Uploader {
             log,
             manifest,
             store,
-            meta,
+            meta: Arc::new(meta),
             broker_id,
             config,
             observer,
@@ -244,31 +244,23 @@ impl Uploader {
         // A stale manifest (a new leader whose applied state lags) would upload a range that
         // is already recorded, overwriting the recorded object under the same key with bytes
         // whose size and row groups the manifest does not describe. Check first.
-        let fresh = Manifest::load(&self.meta, &self.shard).await?;
+        let fresh = Manifest::load(self.meta.as_ref(), &self.shard).await?;
         if fresh.uploaded_end() != self.manifest.uploaded_end() {
             self.manifest.replace(fresh.snapshot());
             self.log.mark_uploaded_below(self.manifest.uploaded_end());
             return Ok(true);
         }
         let entry = self.upload(base, last).await?;
-        match self
-            .meta
-            .propose(felix_meta::Command::RecordObject {
-                shard: self.shard.clone(),
-                segment: entry.clone(),
-            })
-            .await
-        {
-            Ok(Applied::Done) | Ok(_) => {}
+        match self.meta.record_object(&self.shard, entry.clone()).await? {
+            Recorded::Done => {}
             // Someone recorded this range already: an earlier attempt whose answer was
             // lost, or another leader. Take the control plane's word for it.
-            Err(MetaError::Rejected(CommandError::AlreadyExists { .. })) => {
-                let fresh = Manifest::load(&self.meta, &self.shard).await?;
+            Recorded::RangeTaken => {
+                let fresh = Manifest::load(self.meta.as_ref(), &self.shard).await?;
                 self.manifest.replace(fresh.snapshot());
                 self.log.mark_uploaded_below(self.manifest.uploaded_end());
                 return Ok(true);
             }
-            Err(e) => return Err(ColdError::Meta(e.to_string())),
         }
         self.manifest.push(entry.clone());
         self.log.mark_uploaded_below(last + 1);

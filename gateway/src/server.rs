@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
-use felix_wire::BatchHeader;
+use felix_wire::HeaderIter;
 use felix_wire::protocol::{
     AckMode, ErrorBody, Event, Frame, FrameError, FrameKind, PROTOCOL_VERSION, Request, Response,
     codes, features,
@@ -166,16 +166,10 @@ fn error(code: u16, reason: &str, message: impl Into<String>) -> Response {
 /// Records in a buffer of stored batches, from their headers only (they were CRC-checked
 /// when read from the log).
 fn count_records(buf: &[u8]) -> u64 {
-    let mut n = 0u64;
-    let mut at = 0;
-    while at < buf.len() {
-        let Ok(h) = BatchHeader::parse(&buf[at..]) else {
-            break;
-        };
-        n += h.records_count.max(0) as u64;
-        at += h.total_len().max(1);
-    }
-    n
+    HeaderIter::new(buf)
+        .map_while(Result::ok)
+        .map(|(h, _)| h.records_count.max(0) as u64)
+        .sum()
 }
 
 async fn handle_stream(

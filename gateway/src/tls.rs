@@ -46,14 +46,10 @@ pub const LEAF_KEY_FILE: &str = "broker.key";
 /// The names the default leaf is valid for.
 pub const LEAF_NAMES: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 
-/// How often an idle connection sends a keep-alive (well inside the idle timeout).
-pub const KEEP_ALIVE: Duration = Duration::from_secs(2);
 /// Streams a client may have open at once on one connection (one per request/subscription).
 pub const MAX_CONCURRENT_BIDI_STREAMS: u32 = 4096;
-/// Receive window of one stream: a whole maximum frame (16 MiB) fits without a stall.
-pub const STREAM_WINDOW: u32 = 16 * 1024 * 1024;
-/// Receive (and send) window of a connection, across its streams.
-pub const CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
+/// The transport bounds the broker shares with the client (felix-wire's `transport`).
+pub use felix_wire::transport::{CONNECTION_WINDOW, KEEP_ALIVE, MAX_UDP_PAYLOAD, STREAM_WINDOW};
 
 /// The QUIC listener's configuration.
 #[derive(Debug)]
@@ -119,19 +115,6 @@ pub fn server_config(
     config.transport_config(Arc::new(transport_config(idle_timeout)?));
     Ok(ServerTls { config, ca_path })
 }
-
-/// The largest UDP payload the broker sends or accepts. QUIC starts at 1200 bytes and MTU
-/// discovery probes up to this bound, so a path only ever carries what it has been seen to
-/// deliver: ~1452 on a 1500-byte Ethernet path, the bound on a jumbo-frame network or on
-/// loopback. Large datagrams matter because much of QUIC's cost is per packet (building,
-/// header protection, loss tracking, acknowledging): at fanout 10 on loopback the default
-/// bound of 1452 cost a third of the throughput (docs/architecture.md has the figures).
-///
-/// Why no higher: quinn 0.11 hands the kernel up to 10 datagrams in one segmentation-offload
-/// send, the kernel refuses a send over 65,507 bytes, and quinn then turns offload off for
-/// the socket for good. 10 × 6,500 stays under it.
-pub const MAX_UDP_PAYLOAD: u16 = 6_500;
-const _: () = assert!(10 * MAX_UDP_PAYLOAD as usize <= 65_507);
 
 /// Opens the QUIC listener on `addr`: [`quinn::Endpoint::server`] with the endpoint's
 /// datagram limit raised to [`MAX_UDP_PAYLOAD`].

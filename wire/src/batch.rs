@@ -15,8 +15,8 @@
 //! The CRC covers attributes through the end, which is why the base offset and the partition
 //! leader epoch (Felix's shard generation) can be rewritten in place.
 
+use crate::codec::Compression;
 use crate::error::WireError;
-use crate::record::Compression;
 
 /// Bytes before the first record.
 pub const BATCH_HEADER_LEN: usize = 61;
@@ -27,7 +27,8 @@ const CRC_START: usize = 21;
 /// The only magic Felix accepts.
 pub const MAGIC_V2: i8 = 2;
 
-const ATTR_COMPRESSION_MASK: i16 = 0x07;
+/// The attribute bits that name the compression codec.
+pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
@@ -195,6 +196,51 @@ impl BatchHeader {
     }
 }
 
+impl BatchHeader {
+    /// The header's 61 bytes, every field as it is in `self` (the CRC included: see
+    /// [`seal_batch`] for writing a header whose CRC and length are computed).
+    pub fn encode(&self) -> [u8; BATCH_HEADER_LEN] {
+        let mut b = [0u8; BATCH_HEADER_LEN];
+        b[0..8].copy_from_slice(&self.base_offset.to_be_bytes());
+        b[8..12].copy_from_slice(&self.batch_length.to_be_bytes());
+        b[12..16].copy_from_slice(&self.partition_leader_epoch.to_be_bytes());
+        b[16] = self.magic as u8;
+        b[17..21].copy_from_slice(&self.crc.to_be_bytes());
+        b[21..23].copy_from_slice(&self.attributes.to_be_bytes());
+        b[23..27].copy_from_slice(&self.last_offset_delta.to_be_bytes());
+        b[27..35].copy_from_slice(&self.base_timestamp.to_be_bytes());
+        b[35..43].copy_from_slice(&self.max_timestamp.to_be_bytes());
+        b[43..51].copy_from_slice(&self.producer_id.to_be_bytes());
+        b[51..53].copy_from_slice(&self.producer_epoch.to_be_bytes());
+        b[53..57].copy_from_slice(&self.base_sequence.to_be_bytes());
+        b[57..61].copy_from_slice(&self.records_count.to_be_bytes());
+        b
+    }
+}
+
+/// Finishes a batch whose records are in place: `buf` is the whole batch, its first 61
+/// bytes reserved for the header. Writes `header` there with `batch_length` taken from
+/// `buf`'s length and the CRC computed over the result; the `batch_length` and `crc` given
+/// in `header` are ignored. Refuses a batch over 2 GiB or shorter than a header.
+pub fn seal_batch(buf: &mut [u8], header: &BatchHeader) -> Result<(), WireError> {
+    if buf.len() < BATCH_HEADER_LEN {
+        return Err(WireError::Truncated {
+            needed: BATCH_HEADER_LEN,
+            available: buf.len(),
+        });
+    }
+    let batch_length = i32::try_from(buf.len() - LOG_OVERHEAD)
+        .map_err(|_| WireError::Unencodable("batch over 2 GiB"))?;
+    let header = BatchHeader {
+        batch_length,
+        crc: 0,
+        ..*header
+    };
+    buf[..BATCH_HEADER_LEN].copy_from_slice(&header.encode());
+    seal_crc(buf);
+    Ok(())
+}
+
 /// Overwrites the base offset of the batch at the start of `buf` (outside the CRC).
 ///
 /// # Panics
@@ -262,6 +308,51 @@ impl<'a> Iterator for BatchIter<'a> {
             Err(e) => {
                 self.failed = true;
                 Some(Err((self.pos, e)))
+            }
+        }
+    }
+}
+
+/// Walks the headers of concatenated batches without checking their CRCs or decoding their
+/// records: for bytes that were checked when they entered (a log read, a rebuilt row group)
+/// or that will be checked later, when only header fields are wanted (record counts,
+/// attributes, offsets). Yields each parsable header and where its batch starts; stops at
+/// the end or at the first header that does not parse (the error says why).
+pub struct HeaderIter<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    failed: bool,
+}
+
+impl<'a> HeaderIter<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        HeaderIter {
+            buf,
+            pos: 0,
+            failed: false,
+        }
+    }
+}
+
+impl Iterator for HeaderIter<'_> {
+    /// A batch's header and its byte position, or the position and why its header is not
+    /// one.
+    type Item = Result<(BatchHeader, usize), (usize, WireError)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.buf.len() {
+            return None;
+        }
+        let at = self.pos;
+        match BatchHeader::parse(&self.buf[at..]) {
+            Ok(h) => {
+                // `parse` refuses lengths shorter than a header, so this always advances.
+                self.pos = at.saturating_add(h.total_len().max(1));
+                Some(Ok((h, at)))
+            }
+            Err(e) => {
+                self.failed = true;
+                Some(Err((at, e)))
             }
         }
     }

@@ -5,21 +5,30 @@
 //! The broker only stamps the base offset and the generation (Kafka's partition leader
 //! epoch), neither of which is covered by the batch CRC, so stamping never re-encodes.
 //!
-//! * [`batch`] — the fixed 61-byte batch header: parsing, validation, CRC32C, stamping.
+//! * [`batch`] — the fixed 61-byte batch header: parsing, validation, CRC32C, stamping,
+//!   writing a header ([`batch::seal_batch`]) and walking headers ([`HeaderIter`]).
+//! * [`checked`] — [`CheckedBatch`], a batch whose CRC and structure were checked once.
+//! * [`codec`] — the compression codecs of a batch's records ([`Compression`]).
 //! * [`protocol`] — the QUIC client protocol: frames, requests, responses, events, error
 //!   codes and feature bits (documented in docs/protocol.md).
 //! * [`murmur2`] — the key → shard hash (Kafka's default partitioner).
-//! * [`record`] — the records inside a batch: encoding a batch from records and decoding one
-//!   back, with every compression codec a Kafka client may send ([`Compression`]).
+//! * [`record`] — the records inside a batch: encoding a batch from records
+//!   ([`BatchBuilder`], [`RecordFields`] for one record) and decoding one back.
+//! * [`transport`] — the QUIC transport bounds broker and client share (`MAX_UDP_PAYLOAD`).
 //!
 //! Every decoder returns a typed [`WireError`] for any input and never panics.
 
 pub mod batch;
+pub mod checked;
+pub mod codec;
 pub mod error;
 pub mod murmur2;
 pub mod protocol;
 pub mod record;
+pub mod transport;
 
-pub use batch::{BATCH_HEADER_LEN, BatchHeader, BatchIter};
+pub use batch::{BATCH_HEADER_LEN, BatchHeader, BatchIter, HeaderIter};
+pub use checked::CheckedBatch;
+pub use codec::Compression;
 pub use error::WireError;
-pub use record::{BatchBuilder, Compression, DecodedBatch, Header, Record};
+pub use record::{BatchBuilder, DecodedBatch, Header, Record, RecordFields};

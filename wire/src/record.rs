@@ -10,73 +10,11 @@
 //! header_count varint | { key_length varint | key (utf-8) | value_length varint | value }*
 //! ```
 
-use std::io::{Read, Write};
-
 use bytes::Bytes;
 
-use crate::batch::{BATCH_HEADER_LEN, BatchHeader, LOG_OVERHEAD, MAGIC_V2, seal_crc};
+use crate::batch::{BATCH_HEADER_LEN, BatchHeader, MAGIC_V2, seal_batch};
+use crate::codec::{Compression, compress, decompress, decompressed_len};
 use crate::error::WireError;
-
-/// The compression codec of a batch (attribute bits 0..=2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Compression {
-    #[default]
-    None,
-    Gzip,
-    Snappy,
-    Lz4,
-    Zstd,
-}
-
-impl Compression {
-    /// The codec for attribute bits 0..=2.
-    pub fn from_attribute(bits: u8) -> Result<Compression, WireError> {
-        Ok(match bits {
-            0 => Compression::None,
-            1 => Compression::Gzip,
-            2 => Compression::Snappy,
-            3 => Compression::Lz4,
-            4 => Compression::Zstd,
-            other => return Err(WireError::UnknownCodec(other)),
-        })
-    }
-    /// The attribute bits of this codec.
-    pub fn attribute(self) -> u8 {
-        match self {
-            Compression::None => 0,
-            Compression::Gzip => 1,
-            Compression::Snappy => 2,
-            Compression::Lz4 => 3,
-            Compression::Zstd => 4,
-        }
-    }
-    /// The codec's name as Kafka and Felix configuration spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Compression::None => "none",
-            Compression::Gzip => "gzip",
-            Compression::Snappy => "snappy",
-            Compression::Lz4 => "lz4",
-            Compression::Zstd => "zstd",
-        }
-    }
-}
-
-impl std::str::FromStr for Compression {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "none" => Ok(Compression::None),
-            "gzip" => Ok(Compression::Gzip),
-            "snappy" => Ok(Compression::Snappy),
-            "lz4" => Ok(Compression::Lz4),
-            "zstd" => Ok(Compression::Zstd),
-            other => Err(format!(
-                "unknown codec {other:?} (expected none, gzip, snappy, lz4 or zstd)"
-            )),
-        }
-    }
-}
 
 /// A record header: a UTF-8 key and an optional value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -364,6 +302,86 @@ fn decode_record(cur: &mut Cursor<'_>, h: &BatchHeader, index: usize) -> Result<
     })
 }
 
+/// One record's fields as RecordBatch v2 lays them out, borrowed from wherever the caller
+/// keeps them (a [`Record`], or the columns of a cold object being rebuilt). Offsets and
+/// timestamps are deltas from the batch's base offset and base timestamp.
+#[derive(Debug, Clone)]
+pub struct RecordFields<'a, H> {
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    /// Each header's key (UTF-8) and value.
+    pub headers: H,
+}
+
+impl<'a, H> RecordFields<'a, H>
+where
+    H: ExactSizeIterator<Item = (&'a [u8], Option<&'a [u8]>)> + Clone,
+{
+    /// Appends the record to `out`: its length prefix, attributes, deltas and body (see
+    /// [`RecordFields::put_body`]). Returns where the body starts in `out`. The length is
+    /// computed from the fields, so the record is written once, in place.
+    pub fn put(&self, out: &mut Vec<u8>) -> Result<usize, WireError> {
+        let mut len = 1 + varlong_len(self.timestamp_delta) + varlong_len(self.offset_delta as i64);
+        len += nullable_len(self.key)? + nullable_len(self.value)?;
+        len += varlong_len(self.headers.len() as i64);
+        for (key, value) in self.headers.clone() {
+            len += nullable_len(Some(key))? + nullable_len(value)?;
+        }
+        put_varlong(out, len as i64);
+        let record_start = out.len();
+        out.push(0); // record attributes: unused in v2
+        put_varlong(out, self.timestamp_delta);
+        put_varlong(out, self.offset_delta as i64);
+        let body_start = out.len();
+        self.put_body(out)?;
+        debug_assert_eq!(out.len() - record_start, len, "record length prefix");
+        Ok(body_start)
+    }
+
+    /// Appends the record's body: key, value, header count and headers (zig-zag varint
+    /// lengths, -1 for null). What is left of a record once its offset and timestamp are
+    /// taken out: the cold tier's content digests cover exactly these bytes.
+    pub fn put_body(&self, out: &mut Vec<u8>) -> Result<(), WireError> {
+        put_nullable(out, self.key)?;
+        put_nullable(out, self.value)?;
+        put_varlong(out, self.headers.len() as i64);
+        for (key, value) in self.headers.clone() {
+            put_nullable(out, Some(key))?;
+            put_nullable(out, value)?;
+        }
+        Ok(())
+    }
+}
+
+/// The header pairs of a [`Record`], as [`RecordFields`] takes them.
+pub type RecordHeaders<'a> =
+    std::iter::Map<std::slice::Iter<'a, Header>, fn(&'a Header) -> (&'a [u8], Option<&'a [u8]>)>;
+
+impl Record {
+    /// The record's fields at `offset_delta` in a batch whose base timestamp is given.
+    pub fn fields(
+        &self,
+        offset_delta: i32,
+        base_timestamp: i64,
+    ) -> RecordFields<'_, RecordHeaders<'_>> {
+        fn pair(h: &Header) -> (&[u8], Option<&[u8]>) {
+            (h.key.as_bytes(), h.value.as_deref())
+        }
+        RecordFields {
+            timestamp_delta: self.timestamp.wrapping_sub(base_timestamp),
+            offset_delta,
+            key: self.key.as_deref(),
+            value: self.value.as_deref(),
+            headers: self
+                .headers
+                .iter()
+                .map(pair as fn(&'_ Header) -> (&'_ [u8], Option<&'_ [u8]>)),
+        }
+    }
+}
+
 fn put_varlong(out: &mut Vec<u8>, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
@@ -373,13 +391,29 @@ fn put_varlong(out: &mut Vec<u8>, v: i64) {
     out.push(z as u8);
 }
 
+/// Bytes `put_varlong` writes for `v`.
+fn varlong_len(v: i64) -> usize {
+    let z = ((v << 1) ^ (v >> 63)) as u64;
+    (64 - (z | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+fn field_len(b: &[u8]) -> Result<i32, WireError> {
+    i32::try_from(b.len()).map_err(|_| WireError::Unencodable("field over 2 GiB"))
+}
+
+/// Bytes `put_nullable` writes for `v`.
+fn nullable_len(v: Option<&[u8]>) -> Result<usize, WireError> {
+    Ok(match v {
+        None => varlong_len(-1),
+        Some(b) => varlong_len(field_len(b)? as i64) + b.len(),
+    })
+}
+
 fn put_nullable(out: &mut Vec<u8>, v: Option<&[u8]>) -> Result<(), WireError> {
     match v {
         None => put_varlong(out, -1),
         Some(b) => {
-            let len =
-                i32::try_from(b.len()).map_err(|_| WireError::Unencodable("field over 2 GiB"))?;
-            put_varlong(out, len as i64);
+            put_varlong(out, field_len(b)? as i64);
             out.extend_from_slice(b);
         }
     }
@@ -462,30 +496,25 @@ impl BatchBuilder {
             .max()
             .unwrap_or(base_ts);
 
-        let mut body = Vec::with_capacity(self.records.iter().map(approx_len).sum());
-        let mut rec = Vec::with_capacity(64);
-        for (delta, r) in self.records.iter().enumerate() {
-            rec.clear();
-            rec.push(0); // record attributes: unused in v2
-            put_varlong(&mut rec, r.timestamp.wrapping_sub(base_ts));
-            put_varlong(&mut rec, delta as i64);
-            put_nullable(&mut rec, r.key.as_deref())?;
-            put_nullable(&mut rec, r.value.as_deref())?;
-            put_varlong(&mut rec, r.headers.len() as i64);
-            for h in &r.headers {
-                put_nullable(&mut rec, Some(h.key.as_bytes()))?;
-                put_nullable(&mut rec, h.value.as_deref())?;
-            }
-            put_varlong(&mut body, rec.len() as i64);
-            body.extend_from_slice(&rec);
-        }
-        let body = match self.compression {
-            Compression::None => body,
-            codec => compress(codec, &body)?,
+        // Records go straight after a header-sized gap when uncompressed; compressed, they
+        // are written to a block of their own first.
+        let records_len: usize = self.records.iter().map(approx_len).sum();
+        let mut out = Vec::with_capacity(BATCH_HEADER_LEN + records_len);
+        out.resize(BATCH_HEADER_LEN, 0);
+        let mut block = match self.compression {
+            Compression::None => std::mem::take(&mut out),
+            _ => Vec::with_capacity(records_len),
         };
-        let total = BATCH_HEADER_LEN + body.len();
-        let batch_length = i32::try_from(total - LOG_OVERHEAD)
-            .map_err(|_| WireError::Unencodable("batch over 2 GiB"))?;
+        for (delta, r) in self.records.iter().enumerate() {
+            r.fields(delta as i32, base_ts).put(&mut block)?;
+        }
+        let mut out = match self.compression {
+            Compression::None => block,
+            codec => {
+                out.extend_from_slice(&compress(codec, &block)?);
+                out
+            }
+        };
         let mut attributes = self.compression.attribute() as i16;
         if self.transactional {
             attributes |= 0x10;
@@ -493,22 +522,22 @@ impl BatchBuilder {
         if self.control {
             attributes |= 0x20;
         }
-        let mut out = Vec::with_capacity(total);
-        out.extend_from_slice(&0i64.to_be_bytes());
-        out.extend_from_slice(&batch_length.to_be_bytes());
-        out.extend_from_slice(&(-1i32).to_be_bytes());
-        out.push(MAGIC_V2 as u8);
-        out.extend_from_slice(&[0; 4]); // crc, filled below
-        out.extend_from_slice(&attributes.to_be_bytes());
-        out.extend_from_slice(&(count - 1).to_be_bytes());
-        out.extend_from_slice(&base_ts.to_be_bytes());
-        out.extend_from_slice(&max_ts.to_be_bytes());
-        out.extend_from_slice(&self.producer_id.to_be_bytes());
-        out.extend_from_slice(&self.producer_epoch.to_be_bytes());
-        out.extend_from_slice(&self.base_sequence.to_be_bytes());
-        out.extend_from_slice(&count.to_be_bytes());
-        out.extend_from_slice(&body);
-        seal_crc(&mut out);
+        let header = BatchHeader {
+            base_offset: 0,
+            batch_length: 0,
+            partition_leader_epoch: -1,
+            magic: MAGIC_V2,
+            crc: 0,
+            attributes,
+            last_offset_delta: count - 1,
+            base_timestamp: base_ts,
+            max_timestamp: max_ts,
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.base_sequence,
+            records_count: count,
+        };
+        seal_batch(&mut out, &header)?;
         Ok(out)
     }
 }
@@ -520,97 +549,6 @@ fn approx_len(r: &Record) -> usize {
             .iter()
             .map(|h| 4 + h.key.len() + h.value.as_ref().map_or(0, |v| v.len()))
             .sum::<usize>()
-}
-
-/// The framing Kafka's Java client (via xerial snappy-java) puts around snappy blocks.
-const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
-const XERIAL_BLOCK: usize = 32 * 1024;
-
-fn compress(codec: Compression, input: &[u8]) -> Result<Vec<u8>, WireError> {
-    let err = |reason: std::io::Error| WireError::Compression {
-        codec: codec.name(),
-        reason: reason.to_string(),
-    };
-    match codec {
-        Compression::None => Ok(input.to_vec()),
-        Compression::Gzip => {
-            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            enc.write_all(input).map_err(err)?;
-            enc.finish().map_err(err)
-        }
-        Compression::Snappy => {
-            // xerial framing, as the Java producer writes it; every Kafka client reads it.
-            let mut out = Vec::with_capacity(input.len() / 2 + 32);
-            out.extend_from_slice(&XERIAL_MAGIC);
-            out.extend_from_slice(&1i32.to_be_bytes());
-            out.extend_from_slice(&1i32.to_be_bytes());
-            let mut enc = snap::raw::Encoder::new();
-            for chunk in input.chunks(XERIAL_BLOCK) {
-                let block = enc
-                    .compress_vec(chunk)
-                    .map_err(|e| WireError::Compression {
-                        codec: "snappy",
-                        reason: e.to_string(),
-                    })?;
-                out.extend_from_slice(&(block.len() as i32).to_be_bytes());
-                out.extend_from_slice(&block);
-            }
-            Ok(out)
-        }
-        Compression::Lz4 => {
-            let mut enc = lz4_flex::frame::FrameEncoder::new(Vec::new());
-            enc.write_all(input).map_err(err)?;
-            enc.finish().map_err(|e| WireError::Compression {
-                codec: "lz4",
-                reason: e.to_string(),
-            })
-        }
-        Compression::Zstd => zstd::bulk::compress(input, 3).map_err(err),
-    }
-}
-
-/// Copies a whole decompressing stream into `out`, refusing to produce more than `limit`
-/// bytes; returns how many it produced.
-fn copy_limited(
-    reader: impl Read,
-    codec: &'static str,
-    limit: usize,
-    out: &mut impl Write,
-) -> Result<usize, WireError> {
-    let cap = (limit as u64).saturating_add(1);
-    let n = std::io::copy(&mut reader.take(cap), out).map_err(|e| WireError::Decompression {
-        codec,
-        reason: e.to_string(),
-    })?;
-    if n > limit as u64 {
-        return Err(WireError::DecompressedTooLarge { limit });
-    }
-    Ok(n as usize)
-}
-
-/// A framed codec's streaming decoder and the codec's name.
-type StreamDecoder<'a> = (Box<dyn Read + 'a>, &'static str);
-
-/// The streaming decoder of a framed codec (gzip, lz4, zstd) over `input`; `None` for the
-/// codecs that are not streamed (none, snappy).
-fn stream_decoder(
-    codec: Compression,
-    input: &[u8],
-) -> Result<Option<StreamDecoder<'_>>, WireError> {
-    Ok(Some(match codec {
-        Compression::None | Compression::Snappy => return Ok(None),
-        Compression::Gzip => (Box::new(flate2::read::MultiGzDecoder::new(input)), "gzip"),
-        Compression::Lz4 => (Box::new(lz4_flex::frame::FrameDecoder::new(input)), "lz4"),
-        Compression::Zstd => {
-            let dec = zstd::stream::read::Decoder::with_buffer(input).map_err(|e| {
-                WireError::Decompression {
-                    codec: "zstd",
-                    reason: e.to_string(),
-                }
-            })?;
-            (Box::new(dec), "zstd")
-        }
-    }))
 }
 
 /// The size of a validated batch once its records are decompressed (its header included):
@@ -627,80 +565,5 @@ pub fn decompressed_size(
     let body = batch
         .get(BATCH_HEADER_LEN..total)
         .ok_or(WireError::Inconsistent("batch shorter than its header"))?;
-    let codec = header.compression()?;
-    let records = match stream_decoder(codec, body)? {
-        Some((reader, name)) => copy_limited(reader, name, limit, &mut std::io::sink())?,
-        None if codec == Compression::Snappy => snappy_decompress(body, limit)?.len(),
-        None => body.len(),
-    };
-    if records > limit {
-        return Err(WireError::DecompressedTooLarge { limit });
-    }
-    Ok(BATCH_HEADER_LEN + records)
-}
-
-fn decompress(codec: Compression, input: &[u8], limit: usize) -> Result<Vec<u8>, WireError> {
-    match stream_decoder(codec, input)? {
-        Some((reader, name)) => {
-            let mut out = Vec::new();
-            copy_limited(reader, name, limit, &mut out)?;
-            Ok(out)
-        }
-        None if codec == Compression::Snappy => snappy_decompress(input, limit),
-        None => Ok(input.to_vec()),
-    }
-}
-
-fn snappy_decompress(input: &[u8], limit: usize) -> Result<Vec<u8>, WireError> {
-    let fail = |reason: String| WireError::Decompression {
-        codec: "snappy",
-        reason,
-    };
-    let mut dec = snap::raw::Decoder::new();
-    let mut raw_block = |block: &[u8], out: &mut Vec<u8>| -> Result<(), WireError> {
-        let len = snap::raw::decompress_len(block).map_err(|e| fail(e.to_string()))?;
-        if out.len().saturating_add(len) > limit {
-            return Err(WireError::DecompressedTooLarge { limit });
-        }
-        let start = out.len();
-        out.resize(start + len, 0);
-        dec.decompress(block, &mut out[start..])
-            .map_err(|e| fail(e.to_string()))?;
-        Ok(())
-    };
-    let mut out = Vec::new();
-    if !input.starts_with(&XERIAL_MAGIC) {
-        // librdkafka and others may send a bare snappy block.
-        raw_block(input, &mut out)?;
-        return Ok(out);
-    }
-    let mut pos = XERIAL_MAGIC.len() + 8; // magic, version, compatible version
-    if input.len() < pos {
-        return Err(fail("xerial header cut short".into()));
-    }
-    while pos < input.len() {
-        // snappy-java reads concatenated xerial streams (a new header where a block length
-        // would be); its magic read as a length is negative, so this is never a real block.
-        if input[pos..].starts_with(&XERIAL_MAGIC) {
-            pos = pos
-                .checked_add(XERIAL_MAGIC.len() + 8)
-                .filter(|&p| p <= input.len())
-                .ok_or_else(|| fail("xerial header cut short".into()))?;
-            continue;
-        }
-        let len_bytes: [u8; 4] = input
-            .get(pos..pos + 4)
-            .and_then(|s| s.try_into().ok())
-            .ok_or_else(|| fail("xerial block length cut short".into()))?;
-        let len = i32::from_be_bytes(len_bytes);
-        pos += 4;
-        let end = usize::try_from(len)
-            .ok()
-            .and_then(|l| pos.checked_add(l))
-            .filter(|&e| e <= input.len())
-            .ok_or_else(|| fail("xerial block longer than the input".into()))?;
-        raw_block(&input[pos..end], &mut out)?;
-        pos = end;
-    }
-    Ok(out)
+    Ok(BATCH_HEADER_LEN + decompressed_len(header.compression()?, body, limit)?)
 }

@@ -7,6 +7,8 @@
 //!   over concatenated and torn buffers.
 //! * `kafka_vectors` — golden batches written by kafka-python (tests/fixtures), and the
 //!   batches Felix writes for kafka-python to read back.
+//! * `writers` — the header and record writers, the header-only walk and the checked batch
+//!   agree with the validating decoder.
 
 #[path = "wire/common.rs"]
 mod common;
@@ -16,3 +18,5 @@ mod kafka_vectors;
 mod robustness;
 #[path = "wire/roundtrip.rs"]
 mod roundtrip;
+#[path = "wire/writers.rs"]
+mod writers;

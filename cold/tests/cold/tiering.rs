@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use felix_cold::ColdError;
 use felix_cold::cache::{CacheConfig, ColdCache, ObjectRef};
-use felix_cold::faults::{Faults, FaultyStore};
+use felix_cold::keeper::MemoryControlPlane;
 use felix_cold::retention::{self, RetentionReport};
 use felix_cold::segment::{EncodeOptions, ObjectInfo, encode_to_bytes};
 use felix_cold::store::{StoreConfig, StoreError, TierStore};
@@ -18,7 +18,8 @@ use felix_cold::tiered::{Manifest, Tier, TieredRead, TieredShard};
 use felix_cold::uploader::{NoObserver, Uploader, UploaderConfig, object_key};
 use felix_hot::{LogConfig, SealedSegment, ShardLog};
 use felix_meta::model::{SegmentEntry, ShardKey, StreamSettings, TierState};
-use felix_meta::{Command, CommandError, MetaConfig, MetaError, MetaHandle, MetaNode};
+use felix_meta::{Command, CommandError, MetaError};
+use felix_testkit::faults::{Faults, FaultyStore};
 use felix_wire::{BatchBuilder, BatchIter, Compression, DecodedBatch, Header, Record};
 use object_store::memory::InMemory;
 
@@ -93,8 +94,9 @@ impl Default for Options {
 /// One shard's tiering, wired as the gateway wires it.
 struct Rig {
     _dir: tempfile::TempDir,
-    _node: MetaNode,
-    meta: MetaHandle,
+    /// The shard's manifest keeper: the control plane's rules, in memory (these tests are
+    /// about the tier, not about Raft).
+    meta: MemoryControlPlane,
     key: ShardKey,
     log: ShardLog,
     store: TierStore,
@@ -109,41 +111,15 @@ struct Rig {
 impl Rig {
     async fn start(opts: Options) -> Rig {
         let dir = tempfile::tempdir().expect("temp dir");
-        let node = MetaNode::start(MetaConfig::single(
-            1,
-            dir.path(),
-            "127.0.0.1:0".parse().expect("address"),
-        ))
-        .await
-        .expect("control plane starts");
-        let meta = node.handle().clone();
-        assert!(
-            meta.wait_ready(Duration::from_secs(20)).await,
-            "control plane ready"
-        );
         let key = ShardKey {
             tenant: "acme".into(),
             namespace: "prod".into(),
             stream: "orders".into(),
             shard: 0,
         };
-        for cmd in [
-            Command::CreateTenant {
-                name: key.tenant.clone(),
-            },
-            Command::CreateNamespace {
-                tenant: key.tenant.clone(),
-                name: key.namespace.clone(),
-            },
-            Command::CreateStream {
-                tenant: key.tenant.clone(),
-                namespace: key.namespace.clone(),
-                name: key.stream.clone(),
-                settings: StreamSettings::default(),
-            },
-        ] {
-            meta.propose(cmd).await.expect("control plane command");
-        }
+        let meta = MemoryControlPlane::with_stream(&key, StreamSettings::default())
+            .await
+            .expect("control plane command");
         let log = ShardLog::open(
             dir.path().join("log"),
             LogConfig {
@@ -190,7 +166,6 @@ impl Rig {
         );
         Rig {
             _dir: dir,
-            _node: node,
             meta,
             key,
             log,

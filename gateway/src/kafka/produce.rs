@@ -8,7 +8,7 @@
 //! headers; transactional batches are refused (no transactions yet).
 
 use bytes::Bytes;
-use felix_wire::BatchHeader;
+use felix_wire::HeaderIter;
 use felix_wire::protocol::{AckMode, ErrorBody};
 use futures::future::join_all;
 use kafka_protocol::error::ResponseError;
@@ -43,19 +43,14 @@ impl Outcome {
 
 /// Refuses what Felix cannot store as Kafka means it: transactional and control batches.
 fn check_batches(records: &Bytes) -> Result<(), (ResponseError, Option<String>)> {
-    let mut at = 0;
-    while at < records.len() {
-        let Ok(h) = BatchHeader::parse(&records[at..]) else {
-            // Malformed: the broker's validation says exactly what is wrong.
-            return Ok(());
-        };
+    // A malformed header ends the walk: the broker's validation says exactly what is wrong.
+    for (h, _) in HeaderIter::new(records).map_while(Result::ok) {
         if h.is_transactional() || h.is_control() {
             return Err((
                 ResponseError::InvalidTxnState,
                 Some("transactions are not supported by Felix".to_owned()),
             ));
         }
-        at += h.total_len().max(1);
     }
     Ok(())
 }

@@ -1,5 +1,5 @@
 //! Tiered storage on a real `felix` process and a real S3-compatible server (SeaweedFS,
-//! started by `felix_cold::s3server`): sealed segments become Parquet objects that pyarrow
+//! started by `felix_testkit::s3server`): sealed segments become Parquet objects that pyarrow
 //! reads; replay from offset 0 crosses cold → hot → live with nothing skipped or repeated,
 //! also after a restart with an empty cache; an unreachable object store is said plainly and
 //! the hot tail is still served; an outage during heavy publishing loses nothing and deletes
@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use felix_client::{AckMode, Client, ClientError, Event, Message, StartAt, StreamConfig, codes};
-use felix_cold::s3server::S3Server;
 use felix_cold::store::TierStore;
+use felix_testkit::s3server::S3Server;
 use tokio::net::{TcpListener, TcpStream};
 
 use super::common::{

@@ -25,7 +25,7 @@ use object_store::ClientOptions;
 use object_store::aws::{AwsAuthorizer, AwsCredential};
 use object_store::client::{HttpConnector, HttpRequest, HttpRequestBody, ReqwestConnector};
 
-use crate::store::StoreConfig;
+use felix_cold::store::StoreConfig;
 
 /// Time allowed from spawning `weed` to its S3 port answering.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
