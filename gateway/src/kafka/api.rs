@@ -34,6 +34,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    // Advertised only to be refused with a message (see `unbuilt`).
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
 ];
 
 /// The versions of `key` this listener serves, if any.
@@ -255,6 +258,8 @@ mod tests {
             ApiKey::DescribeConfigs => body!(DescribeConfigsRequest),
             ApiKey::AlterConfigs => body!(AlterConfigsRequest),
             ApiKey::IncrementalAlterConfigs => body!(IncrementalAlterConfigsRequest),
+            ApiKey::ConsumerGroupHeartbeat => body!(ConsumerGroupHeartbeatRequest),
+            ApiKey::ShareGroupHeartbeat => body!(ShareGroupHeartbeatRequest),
             _ => Ok(()),
         }
     }

@@ -22,7 +22,7 @@ use tracing::{debug, warn};
 
 use super::api::{self, Route};
 use super::groups::{self, Caller};
-use super::{IDLE_TIMEOUT, Kafka, configs, fetch, list_offsets, produce, topics};
+use super::{IDLE_TIMEOUT, Kafka, configs, fetch, list_offsets, produce, topics, unbuilt};
 
 /// How long writing one response may take before the client is considered gone.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -262,6 +262,14 @@ async fn serve_request(
     };
     let answer = match api {
         ApiKey::ApiVersions => serve!(ApiVersionsRequest, |_r| api::api_versions(None)),
+        ApiKey::ConsumerGroupHeartbeat => serve!(ConsumerGroupHeartbeatRequest, |r| {
+            unbuilt::consumer_group_heartbeat(r)
+        }),
+        ApiKey::ShareGroupHeartbeat => {
+            serve!(ShareGroupHeartbeatRequest, |r| {
+                unbuilt::share_group_heartbeat(r)
+            })
+        }
         ApiKey::Metadata => serve!(MetadataRequest, |r| topics::metadata(
             kafka, r, version, advertised
         )

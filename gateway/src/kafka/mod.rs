@@ -19,6 +19,7 @@
 //! * [`groups`] — the group coordinator (membership, rebalances) and InitProducerId.
 //! * [`offsets`] — committed offsets, durable in a log of their own.
 //! * [`errors`] — Felix errors as Kafka error codes.
+//! * [`unbuilt`] — the KIP-848 and share-group heartbeats, refused so clients say so.
 
 mod api;
 mod configs;
@@ -30,6 +31,7 @@ mod list_offsets;
 mod offsets;
 mod produce;
 mod topics;
+mod unbuilt;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -758,13 +758,30 @@ async fn a_too_new_api_versions_gets_the_v0_answer_and_bad_requests_close_only_t
     assert_eq!(&r[4..6], &0i16.to_be_bytes(), "no error");
 }
 
-/// Felix has no transactions, and a transactional producer must learn it at once: the
-/// transaction-coordinator lookup is refused with an error librdkafka treats as fatal and
-/// not retriable, carrying Felix's reason. (It used to be refused with one librdkafka
-/// retried until `init_transactions()` timed out, reporting a retriable `_TIMED_OUT`.)
+/// What Felix's Kafka listener does not serve, a client must learn at once, as an error its
+/// application sees, not as a silent stall:
+/// * transactions: the transaction-coordinator lookup is refused with an error librdkafka
+///   treats as fatal and not retriable, carrying Felix's reason (it used to be refused with
+///   one librdkafka retried until `init_transactions()` timed out with `_TIMED_OUT`);
+/// * the KIP-848 consumer protocol and share groups: their heartbeats are advertised and
+///   refused, so the consumer gets a fatal error (they used to poll nothing for ever).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transactional_producer_is_refused_at_once_with_a_fatal_error_naming_the_reason() {
+async fn unsupported_kafka_features_fail_at_once_with_an_error_the_application_sees() {
     let broker = Broker::start(options()).await;
+    for kind in ["consumer-protocol", "share"] {
+        let refused = python(&[
+            "unsupported-group",
+            kind,
+            &broker.kafka_addr.to_string(),
+            "unsupported",
+        ])
+        .await;
+        let message = refused["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("API version not supported"),
+            "{kind}: the application sees the refusal: {refused}"
+        );
+    }
     let refused = python(&["transactions", &broker.kafka_addr.to_string()]).await;
     assert_eq!(
         refused["error"], "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",

@@ -223,6 +223,33 @@ def transactions(args):
                           "message": err.str(), "seconds": time.monotonic() - started}))
 
 
+def unsupported_group(args):
+    """A KIP-848 consumer (group.protocol=consumer) or a share consumer: polls until the
+    first error reaches the application, or --timeout passes."""
+    config = {"bootstrap.servers": args.bootstrap, "group.id": f"felix-{args.kind}"}
+    if args.kind == "consumer-protocol":
+        from confluent_kafka import Consumer as Kind
+        config["group.protocol"] = "consumer"
+    else:
+        from confluent_kafka import ShareConsumer as Kind
+    consumer = Kind(config)
+    consumer.subscribe([args.topic])
+    deadline = time.monotonic() + args.timeout
+    result = {"error": None}
+    while time.monotonic() < deadline and result["error"] is None:
+        try:
+            polled = consumer.poll(1.0)
+        except KafkaException as e:
+            err = e.args[0]
+            result = {"error": err.name(), "message": err.str()}
+            break
+        for m in polled if isinstance(polled, list) else [polled]:
+            if m is not None and m.error():
+                result = {"error": m.error().name(), "message": m.error().str()}
+                break
+    print(json.dumps(result))
+
+
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -242,6 +269,12 @@ def main():
     p.add_argument("bootstrap")
     p.add_argument("--timeout", type=float, default=30)
     p.set_defaults(run=transactions)
+    p = sub.add_parser("unsupported-group")
+    p.add_argument("kind", choices=["consumer-protocol", "share"])
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("--timeout", type=float, default=30)
+    p.set_defaults(run=unsupported_group)
     p = sub.add_parser("produce")
     p.add_argument("bootstrap")
     p.add_argument("topic")
