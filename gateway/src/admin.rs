@@ -5,18 +5,10 @@
 //! protocol's stable code and reason) with an HTTP status chosen by [`status_for`]; bodies
 //! over [`BODY_LIMIT`] are refused before they are read.
 //!
-//! | method and path | body | answer |
-//! |---|---|---|
-//! | `GET /metrics` | | OpenMetrics text |
-//! | `GET /healthz` | | `200 ok` when ready, else `503 not ready` |
-//! | `GET /v1/tenants` | | `{"tenant": ["namespace", ...]}` |
-//! | `POST /v1/tenants` | `{"name"}` | `201 {"tenant"}` |
-//! | `POST /v1/tenants/{tenant}/namespaces` | `{"name"}` | `201 {"tenant","namespace"}` |
-//! | `GET /v1/streams/{tenant}/{namespace}` | | `[StreamInfo]` |
-//! | `POST /v1/streams/{tenant}/{namespace}` | `{"name","config"}` | `201 StreamInfo` |
-//! | `GET /v1/streams/{tenant}/{namespace}/{stream}` | | `StreamInfo` |
-//! | `PATCH /v1/streams/{tenant}/{namespace}/{stream}` | `StreamConfig` | `StreamInfo` |
-//! | `DELETE /v1/streams/{tenant}/{namespace}/{stream}` | | `204` |
+//! The API describes itself: `GET /v1` lists [`ROUTES`] (which a test holds to what
+//! [`router`] serves); an unknown path answers `404` with reason `not_found`, a known path
+//! with another method `405` with reason `method_not_allowed`, naming the methods it takes
+//! (also in `Allow`). Bodies and answers are in docs/configuration.md, *Admin HTTP*.
 
 use std::sync::Arc;
 
@@ -29,8 +21,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use bytes::Bytes;
 use felix_wire::protocol::{ErrorBody, StreamConfig, codes};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::broker::Broker;
@@ -49,9 +41,74 @@ struct AdminState {
     metrics: Arc<Metrics>,
 }
 
+/// One route of the admin API, as `GET /v1` lists it.
+#[derive(Debug, Serialize)]
+pub struct AdminRoute {
+    pub path: &'static str,
+    pub methods: &'static [&'static str],
+    pub what: &'static str,
+}
+
+/// Every route [`router`] serves.
+pub const ROUTES: &[AdminRoute] = &[
+    AdminRoute {
+        path: "/metrics",
+        methods: &["GET"],
+        what: "the broker's metrics, OpenMetrics text",
+    },
+    AdminRoute {
+        path: "/healthz",
+        methods: &["GET"],
+        what: "200 ok when ready to serve, else 503",
+    },
+    AdminRoute {
+        path: "/v1",
+        methods: &["GET"],
+        what: "this list",
+    },
+    AdminRoute {
+        path: "/v1/tenants",
+        methods: &["GET", "POST"],
+        what: "tenants and their namespaces; POST {\"name\"} creates a tenant",
+    },
+    AdminRoute {
+        path: "/v1/tenants/{tenant}/namespaces",
+        methods: &["POST"],
+        what: "POST {\"name\"} creates a namespace",
+    },
+    AdminRoute {
+        path: "/v1/streams/{tenant}/{namespace}",
+        methods: &["GET", "POST"],
+        what: "the namespace's streams; POST {\"name\",\"config\"} creates one",
+    },
+    AdminRoute {
+        path: "/v1/streams/{tenant}/{namespace}/{stream}",
+        methods: &["GET", "PATCH", "DELETE"],
+        what: "a stream: describe, alter its settings (StreamConfig), delete",
+    },
+    AdminRoute {
+        path: "/v1/streams/{tenant}/{namespace}/{stream}/segments",
+        methods: &["GET"],
+        what: "a stream's hot segments and uploaded objects",
+    },
+    AdminRoute {
+        path: "/v1/faults/isolate",
+        methods: &["POST", "DELETE"],
+        what: "fault injection (FELIX_FAULT_INJECTION=1 only): cut this broker off the \
+               internal network, or heal the cut",
+    },
+    AdminRoute {
+        path: "/v1/faults/stall_writes",
+        methods: &["POST", "DELETE"],
+        what: "fault injection (FELIX_FAULT_INJECTION=1 only): hold this broker's leader \
+               log writes, or let them go",
+    },
+];
+
 /// The admin routes over `broker` and `metrics`.
 pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>) -> Router {
-    Router::new()
+    let routes = Router::new()
+        .route("/v1", get(list_routes))
         .route("/metrics", get(get_metrics))
         .route("/healthz", get(healthz))
         .route("/v1/tenants", get(list_tenants).post(create_tenant))
@@ -83,7 +140,11 @@ pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>) -> Router {
         )
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(AdminState { broker, metrics })
+        .with_state(AdminState { broker, metrics });
+    // Outside the routes: axum adds `Allow` to a 405 after a route's own layers have run.
+    Router::new()
+        .fallback_service(routes)
+        .layer(axum::middleware::map_response(explain_method_not_allowed))
 }
 
 /// Serves `router` on `listener` until `shutdown` turns true (or its sender is dropped),
@@ -223,11 +284,46 @@ fn fault_injection_enabled() -> Result<(), ApiError> {
     })
 }
 
-async fn no_route() -> ApiError {
+async fn list_routes() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "routes": ROUTES }))
+}
+
+async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
     ApiError {
         status: StatusCode::NOT_FOUND,
-        body: ErrorBody::new(codes::BAD_REQUEST, "bad_request", "no such route"),
+        body: ErrorBody::new(
+            codes::BAD_REQUEST,
+            "not_found",
+            format!("no route {method} {}; GET /v1 lists the routes", uri.path()),
+        ),
     }
+}
+
+/// A known path asked with a method it does not take: axum answers `405` with the methods
+/// in `Allow` and no body; this gives it the JSON error body every other refusal has.
+async fn explain_method_not_allowed(response: Response) -> Response {
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let methods = allow
+        .as_ref()
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let mut explained = ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        body: ErrorBody::new(
+            codes::BAD_REQUEST,
+            "method_not_allowed",
+            format!("this route takes {methods}"),
+        ),
+    }
+    .into_response();
+    if let Some(allow) = allow {
+        explained.headers_mut().insert(header::ALLOW, allow);
+    }
+    explained
 }
 
 /// `{"name": "..."}`: what creating a tenant or a namespace takes.
@@ -460,8 +556,42 @@ mod tests {
 
         let (status, _, body) = http(addr, "POST", "/v1/tenants", r#"{"nam":"x"}"#).await;
         assert_eq!(status, 400, "{body}");
-        let (status, _, _) = http(addr, "GET", "/v2/nothing", "").await;
-        assert_eq!(status, 404);
+        // The API describes itself, and says what is wrong with a route or a method.
+        let (status, _, body) = http(addr, "GET", "/v2/nothing", "").await;
+        assert_eq!(status, 404, "{body}");
+        let error: ErrorBody = serde_json::from_str(&body).expect("an error body");
+        assert_eq!(error.reason, "not_found", "{body}");
+        let (status, head, body) = http(addr, "PUT", "/v1/tenants", "").await;
+        assert_eq!(status, 405, "{body}");
+        let error: ErrorBody = serde_json::from_str(&body).expect("an error body");
+        assert_eq!(error.reason, "method_not_allowed", "{body}");
+        assert!(
+            error.message.contains("GET") && error.message.contains("POST"),
+            "{body}"
+        );
+        assert!(head.contains("allow:"), "{head}");
+        let (status, _, body) = http(addr, "GET", "/v1", "").await;
+        assert_eq!(status, 200, "{body}");
+        let listed: serde_json::Value = serde_json::from_str(&body).expect("json");
+        assert_eq!(
+            listed["routes"].as_array().map(Vec::len),
+            Some(ROUTES.len())
+        );
+        // Every listed route and method is served: none is unknown or takes another method.
+        for route in ROUTES {
+            let path = route
+                .path
+                .replace("{tenant}", "t")
+                .replace("{namespace}", "n")
+                .replace("{stream}", "s");
+            for method in route.methods {
+                let (status, _, body) = http(addr, method, &path, "").await;
+                assert!(
+                    status != 405 && !body.contains("\"not_found\""),
+                    "{method} {path} is listed but not served: {status} {body}"
+                );
+            }
+        }
 
         let _ = stop.send(true);
         server.await.expect("server task").expect("server");
