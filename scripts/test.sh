@@ -30,8 +30,10 @@ if [ "${FELIX_SKIP_INSTALL:-0}" != 1 ]; then
       done
     fi
   fi
-  # pyarrow: the tiering tests check our Parquet objects with a standard reader.
-  python3 -c 'import pyarrow' 2>/dev/null || python3 -m pip install --quiet pyarrow
+  # pyarrow: the tiering tests check our Parquet objects with a standard reader; DuckDB and
+  # polars run docs/analytics.md's examples against them (gateway/tests/broker/analytics.rs).
+  python3 -c 'import pyarrow, duckdb, polars' 2>/dev/null \
+    || python3 -m pip install --quiet pyarrow duckdb polars
   # Real Kafka clients for the Kafka listener's tests (gateway/tests/broker/kafka.rs):
   # Debian's kcat (librdkafka 2.0) and confluent-kafka, whose wheel bundles librdkafka 2.16
   # (the tests also run kcat on that one through LD_LIBRARY_PATH).

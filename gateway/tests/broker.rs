@@ -8,6 +8,7 @@
 #![allow(clippy::result_large_err)]
 
 mod broker {
+    mod analytics;
     mod backpressure;
     mod bad_input;
     mod cluster;
