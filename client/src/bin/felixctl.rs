@@ -15,8 +15,8 @@ use base64::Engine as _;
 use bytes::Bytes;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use felix_client::{
-    AckMode, Client, ClientConfig, ClientError, Compression, Event, Message, StartAt, StreamConfig,
-    codes,
+    AckMode, ClientConfig, ClientError, Compression, Connection, Event, Message, StartAt,
+    StreamConfig, codes,
 };
 use felix_wire::protocol::DEFAULT_MAX_FRAME;
 use serde::Serialize;
@@ -466,11 +466,11 @@ fn client_config(g: &GlobalArgs) -> ClientConfig {
 }
 
 /// Connects to the first broker of the list that answers.
-async fn connect(g: &GlobalArgs) -> anyhow::Result<Client> {
+async fn connect(g: &GlobalArgs) -> anyhow::Result<Connection> {
     let config = client_config(g);
     let mut errors = Vec::new();
     for addr in g.broker.split(',').map(str::trim).filter(|a| !a.is_empty()) {
-        match Client::connect(addr, config.clone()).await {
+        match Connection::connect(addr, config.clone()).await {
             Ok(client) => return Ok(client),
             // A TLS setup problem (no CA for a remote broker, unreadable CA) is the same for
             // every broker: say it once.
@@ -503,7 +503,7 @@ fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn stream_command(client: &Client, cmd: StreamCommand) -> anyhow::Result<u8> {
+async fn stream_command(client: &Connection, cmd: StreamCommand) -> anyhow::Result<u8> {
     match cmd {
         StreamCommand::Create {
             path: (t, ns, s),
@@ -760,7 +760,7 @@ fn spawn_progress(published: Arc<AtomicU64>) -> Option<tokio::task::JoinHandle<(
     }))
 }
 
-async fn publish(client: &Client, args: PublishArgs) -> anyhow::Result<u8> {
+async fn publish(client: &Connection, args: PublishArgs) -> anyhow::Result<u8> {
     let (t, ns, s) = args.path.clone();
     let client = client.with_compression(args.compression);
     let (ack, batch_size) = match args.acks {
@@ -988,7 +988,7 @@ fn format_event(shard: u32, event: &Event, output: Output, encoding: PayloadEnco
     out
 }
 
-async fn subscribe(client: &Client, g: &GlobalArgs, args: SubscribeArgs) -> anyhow::Result<u8> {
+async fn subscribe(client: &Connection, g: &GlobalArgs, args: SubscribeArgs) -> anyhow::Result<u8> {
     let (t, ns, s) = args.path.clone();
     let shards: Vec<u32> = match args.shard {
         Some(shard) => vec![shard],
@@ -1012,7 +1012,7 @@ async fn subscribe(client: &Client, g: &GlobalArgs, args: SubscribeArgs) -> anyh
                 if e.code == codes::NOT_LEADER && e.leader_addr.is_some() =>
             {
                 let addr = e.leader_addr.unwrap_or_default();
-                let leader = Client::connect(&addr, client_config(g))
+                let leader = Connection::connect(&addr, client_config(g))
                     .await
                     .with_context(|| format!("connecting to shard {shard}'s leader at {addr}"))?;
                 leader.subscribe(&t, &ns, &s, shard, args.from).await

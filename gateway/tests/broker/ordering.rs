@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use felix_client::{AckMode, Client, ClientConfig, Event, Message, StartAt};
+use felix_client::{AckMode, ClientConfig, Connection, Event, Message, StartAt};
 use parking_lot::Mutex;
 
 use super::common::{
@@ -34,7 +34,7 @@ fn parse_numbered(payload: &[u8]) -> (usize, u64) {
 /// Publishes batches `batches` (each of `per_batch` numbered messages), one `publish_batch`
 /// at a time, and returns offset → payload of everything acknowledged.
 async fn publish_numbered(
-    client: Client,
+    client: Connection,
     tenant: &'static str,
     publisher: usize,
     batches: std::ops::Range<u64>,
@@ -277,7 +277,7 @@ async fn a_client_asking_for_commit_acks_gets_them_from_an_enqueue_ack_broker() 
 async fn replay_right_after_the_ack(options: BrokerOptions, config: ClientConfig) {
     const TENANT: &str = "replay";
     let broker = Broker::start(options).await;
-    let client = Client::connect(&broker.quic_addr.to_string(), config)
+    let client = Connection::connect(&broker.quic_addr.to_string(), config)
         .await
         .expect("connect");
     durable_stream(&client, TENANT, NS, STREAM, 1).await;
