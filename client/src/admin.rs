@@ -21,7 +21,8 @@ pub(crate) enum StreamOp {
 /// The admin and publish methods of a type that has
 /// `async fn admin(&self, Request, idempotent: bool) -> Result<Response, ClientError>`,
 /// `fn stream_op_starts(&self, StreamOp, &StreamKey)`,
-/// `fn stream_op_done(&self, StreamOp, &StreamInfo)` and `publish_batch_detailed`.
+/// `fn stream_op_done(&self, StreamOp, &StreamInfo)` and `publish_each_shard` (one
+/// stream's publish, each shard's outcome).
 macro_rules! admin_requests {
     () => {
         async fn admin_done(&self, request: $crate::Request) -> Result<(), $crate::ClientError> {
@@ -239,6 +240,26 @@ macro_rules! admin_requests {
                 .publish_batch(tenant, namespace, stream, vec![message.into()], ack)
                 .await?;
             Ok(published.pop())
+        }
+
+        /// Like `publish_batch`, but reports each shard's outcome separately, with the
+        /// positions of the messages it carried: the `i`-th position of an acknowledged shard
+        /// has offset `base_offset + i`. The outer error is for failures before anything was
+        /// sent (the stream's shards could not be learned or routed).
+        pub async fn publish_batch_detailed(
+            &self,
+            tenant: &str,
+            namespace: &str,
+            stream: &str,
+            messages: Vec<$crate::Message>,
+            ack: $crate::AckMode,
+        ) -> Result<Vec<$crate::ShardOutcome>, $crate::ClientError> {
+            if messages.is_empty() {
+                return Ok(Vec::new());
+            }
+            let key = $crate::stream_key(tenant, namespace, stream);
+            self.publish_each_shard(&key, std::sync::Arc::new(messages), ack)
+                .await
         }
 
         /// Publishes messages: each shard's share goes as one RecordBatch in one request, the

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -358,34 +358,19 @@ impl Connection {
         }
     }
 
-    /// Like [`Connection::publish_batch`], but reports each shard's outcome separately, with the
-    /// positions of the messages it carried: the `i`-th position of an acknowledged shard has
-    /// offset `base_offset + i`. The outer error is for failures before anything was sent
-    /// (the stream's shard count could not be learned).
-    ///
-    /// A shard refused as `unknown_shard` (the stream's shard count changed) is retried once
-    /// with the new count when no shard of the call was written.
-    pub async fn publish_batch_detailed(
+    /// The publish of `publish_batch_detailed` on this broker: a shard refused as
+    /// `unknown_shard` (the stream's shard count changed) is retried once with the new count
+    /// when no shard of the call was written.
+    async fn publish_each_shard(
         &self,
-        tenant: &str,
-        namespace: &str,
-        stream: &str,
-        messages: Vec<Message>,
+        (tenant, namespace, stream): &StreamKey,
+        messages: Arc<Vec<Message>>,
         ack: AckMode,
     ) -> Result<Vec<ShardOutcome>, ClientError> {
-        if messages.is_empty() {
-            return Ok(Vec::new());
-        }
-        let messages = Arc::new(messages);
         let mut retried = false;
         loop {
             let shards = self.shard_count(tenant, namespace, stream).await?;
-            let keyless = if messages.iter().any(|m| m.key.is_none()) {
-                self.inner.round_robin.fetch_add(1, Ordering::Relaxed) % shards.max(1)
-            } else {
-                0
-            };
-            let plan = publish::place(&messages, shards, keyless);
+            let plan = publish::place_in_turn(&messages, shards, &self.inner.round_robin);
             let now = publish::now_ms();
             let outcomes = publish::send_each(plan, true, |shard, indices| {
                 let (conn, messages) = (self.clone(), messages.clone());

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -183,6 +184,21 @@ where
                 .unwrap_or_else(|| Err(ClientError::Transport("the publish task was lost".into()))),
         })
         .collect()
+}
+
+/// Which shard gets which messages: [`place`], with the key-less ones of this call on the
+/// next shard of `round_robin`'s turn.
+pub(crate) fn place_in_turn(
+    messages: &[Message],
+    shards: u32,
+    round_robin: &AtomicU32,
+) -> Vec<(u32, Vec<usize>)> {
+    let keyless = if messages.iter().any(|m| m.key.is_none()) {
+        round_robin.fetch_add(1, Ordering::Relaxed) % shards.max(1)
+    } else {
+        0
+    };
+    place(messages, shards, keyless)
 }
 
 /// Milliseconds since the Unix epoch, now.

@@ -8,7 +8,6 @@
 //! timeout.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -272,40 +271,25 @@ impl Client {
         }
     }
 
-    /// Which shard gets which messages (as [`Connection::publish_batch`] places them).
+    /// Which shard gets which messages (as a [`Connection`] places them).
     pub(super) fn plan(&self, messages: &[Message], shards: u32) -> Vec<(u32, Vec<usize>)> {
-        let keyless = if messages.iter().any(|m| m.key.is_none()) {
-            self.inner.round_robin.fetch_add(1, Ordering::Relaxed) % shards.max(1)
-        } else {
-            0
-        };
-        publish::place(messages, shards, keyless)
+        publish::place_in_turn(messages, shards, &self.inner.round_robin)
     }
 
-    /// Publishes messages, one batch per shard, each to its shard's leader concurrently, and
-    /// reports each shard's outcome with the positions of the messages it carried (the
-    /// `i`-th position of an acknowledged shard has offset `base_offset + i`). The outer
-    /// error is for failures before anything was sent (the stream could not be routed).
-    ///
-    /// A refusal (`not_leader`, `shard_unavailable`, no connection) is retried on the new
-    /// leader with backoff until `request_timeout`; an unknown outcome (connection lost after
-    /// sending, `quorum_timeout`) is returned at once, since re-sending could write it twice:
-    /// use [`Client::idempotent_producer`] to have those re-sent too.
-    pub async fn publish_batch_detailed(
+    /// The publish of `publish_batch_detailed` through the cluster: one batch per shard,
+    /// each to its shard's leader concurrently. A refusal (`not_leader`,
+    /// `shard_unavailable`, no connection) is retried on the new leader with backoff until
+    /// `request_timeout`; an unknown outcome (connection lost after sending,
+    /// `quorum_timeout`) is returned at once, since re-sending could write it twice: use
+    /// [`Client::idempotent_producer`] to have those re-sent too.
+    pub(super) async fn publish_each_shard(
         &self,
-        tenant: &str,
-        namespace: &str,
-        stream: &str,
-        messages: Vec<Message>,
+        key: &StreamKey,
+        messages: Arc<Vec<Message>>,
         ack: AckMode,
     ) -> Result<Vec<ShardOutcome>, ClientError> {
-        if messages.is_empty() {
-            return Ok(Vec::new());
-        }
-        let key = stream_key(tenant, namespace, stream);
-        let shards = self.shard_count_of(&key, &self.budget()).await?;
+        let shards = self.shard_count_of(key, &self.budget()).await?;
         let plan = self.plan(&messages, shards);
-        let messages = Arc::new(messages);
         let compression = self.inner.config.compression;
         let now = publish::now_ms();
         let outcomes = publish::send_each(plan, false, |shard, indices| {
@@ -323,7 +307,7 @@ impl Client {
     }
 
     /// Publishes `messages` as one batch to `shard` and waits for the acknowledgement
-    /// (`AckMode::Batch`), retrying as [`Client::publish_batch_detailed`] does.
+    /// (`AckMode::Batch`), retrying as `publish_batch_detailed` does.
     pub async fn publish_to_shard(
         &self,
         tenant: &str,
