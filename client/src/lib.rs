@@ -230,4 +230,15 @@ mod tests {
         assert!(!c.insecure && c.ca.is_none());
         assert_eq!(c.max_frame, DEFAULT_MAX_FRAME);
     }
+
+    #[test]
+    fn the_spec_names_are_the_same_things() {
+        assert_eq!(AckMode::PerBatch, AckMode::Batch);
+        assert_eq!(FEATURE_IDEMPOTENT_PRODUCER, features::IDEMPOTENT_PRODUCER);
+        assert_eq!(Message::from("msg1"), Message::new("msg1"));
+        assert_eq!(
+            std::any::type_name::<ClusterClient>(),
+            std::any::type_name::<Client>()
+        );
+    }
 }
