@@ -23,7 +23,7 @@ use felix_wire::Compression;
 use felix_wire::protocol::AckMode;
 
 use crate::cluster::{PublishFailure, may_be_written};
-use crate::publish::{self, Message, Published, encode_batch, now_ms};
+use crate::publish::{self, Message, Published};
 use crate::{Client, ClientError, Connection, StreamKey, round_robin_seed, stream_key};
 
 /// How often a pinned producer re-sends a publish whose outcome is unknown before giving up
@@ -138,15 +138,8 @@ impl IdempotentProducer {
 
     /// `messages` as one batch of this producer whose first record has `sequence`.
     fn encode_at(&self, messages: &[Message], sequence: i32) -> Result<Bytes, ClientError> {
-        if messages.is_empty() {
-            return Err(ClientError::InvalidArgument(
-                "a batch needs at least one message".into(),
-            ));
-        }
-        let indices: Vec<usize> = (0..messages.len()).collect();
         let (id, epoch) = self.id();
-        let producer = Some((id, epoch, sequence));
-        encode_batch(messages, &indices, self.compression(), now_ms(), producer)
+        publish::encode_shard_batch(messages, self.compression(), Some((id, epoch, sequence)))
     }
 
     /// Encodes `messages` as one sequenced batch for `shard`, taking the next sequence.

@@ -186,6 +186,22 @@ where
         .collect()
 }
 
+/// Encodes all of `messages`, now, as the one batch of a shard (refusing an empty one);
+/// with `producer` (id, epoch, base sequence) as an idempotent producer's batch.
+pub(crate) fn encode_shard_batch(
+    messages: &[Message],
+    compression: Compression,
+    producer: Option<(i64, i16, i32)>,
+) -> Result<Bytes, ClientError> {
+    if messages.is_empty() {
+        return Err(ClientError::InvalidArgument(
+            "a batch needs at least one message".into(),
+        ));
+    }
+    let indices: Vec<usize> = (0..messages.len()).collect();
+    encode_batch(messages, &indices, compression, now_ms(), producer)
+}
+
 /// Which shard gets which messages: [`place`], with the key-less ones of this call on the
 /// next shard of `round_robin`'s turn.
 pub(crate) fn place_in_turn(

@@ -316,19 +316,7 @@ impl Client {
         shard: u32,
         messages: &[Message],
     ) -> Result<Published, ClientError> {
-        if messages.is_empty() {
-            return Err(ClientError::InvalidArgument(
-                "a batch needs at least one message".into(),
-            ));
-        }
-        let indices: Vec<usize> = (0..messages.len()).collect();
-        let batch = publish::encode_batch(
-            messages,
-            &indices,
-            self.inner.config.compression,
-            publish::now_ms(),
-            None,
-        )?;
+        let batch = publish::encode_shard_batch(messages, self.inner.config.compression, None)?;
         let key = stream_key(tenant, namespace, stream);
         self.send_to_shard(&key, shard, batch, AckMode::Batch, false)
             .await
