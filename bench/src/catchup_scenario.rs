@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
-use felix_client::{Client, ClientConfig, ShardInfo, StreamConfig};
+use felix_client::{ClientConfig, Connection, ShardInfo, StreamConfig};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -159,7 +159,7 @@ pub fn run(args: CatchupArgs) -> anyhow::Result<()> {
 struct Bench {
     args: CatchupArgs,
     config: ClientConfig,
-    admin: Client,
+    admin: Connection,
 }
 
 impl Bench {
@@ -177,7 +177,7 @@ impl Bench {
         })
     }
 
-    async fn client(&self) -> anyhow::Result<Client> {
+    async fn client(&self) -> anyhow::Result<Connection> {
         connect(&self.args.broker, &self.config).await
     }
 
@@ -303,7 +303,7 @@ impl Bench {
                 stream: stream.to_owned(),
             });
         }
-        let clients: Vec<Client> = senders.iter().map(|s| s.client.clone()).collect();
+        let clients: Vec<Connection> = senders.iter().map(|s| s.client.clone()).collect();
         // No receivers: `drive` then only publishes and measures acknowledgements.
         let measured = drive(&load, senders, Vec::<NoReceiver>::new()).await?;
         for c in clients {
@@ -314,7 +314,7 @@ impl Bench {
 }
 
 struct Sender {
-    client: Client,
+    client: Connection,
     stream: String,
 }
 

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, bail};
 use bytes::{Bytes, BytesMut};
-use felix_client::{AckMode, Client, ClientConfig, ClientError, Message, codes};
+use felix_client::{AckMode, ClientConfig, ClientError, Connection, Message, codes};
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
@@ -33,8 +33,8 @@ pub(crate) fn print_line(report: &impl Serialize) -> anyhow::Result<()> {
 }
 
 /// A connection to the broker at `addr`.
-pub(crate) async fn connect(addr: &str, config: &ClientConfig) -> anyhow::Result<Client> {
-    Client::connect(addr, config.clone())
+pub(crate) async fn connect(addr: &str, config: &ClientConfig) -> anyhow::Result<Connection> {
+    Connection::connect(addr, config.clone())
         .await
         .with_context(|| format!("connect to the broker at {addr}"))
 }
@@ -50,7 +50,7 @@ pub(crate) fn exists_ok(r: Result<(), ClientError>) -> Result<(), ClientError> {
 /// Publishes `payloads` as one batch to `stream` in tenant [`TENANT`], acknowledged per
 /// batch, and checks that every record was acknowledged.
 pub(crate) async fn publish_acknowledged(
-    client: &Client,
+    client: &Connection,
     namespace: &str,
     stream: &str,
     payloads: Vec<Bytes>,

@@ -31,7 +31,7 @@ use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::Args;
 use felix_client::{
-    Client, ClientConfig, ClientError, ClusterClient, ClusterSubscription, Message, StartAt,
+    ClientConfig, ClientError, ClusterClient, ClusterSubscription, Connection, Message, StartAt,
     StreamConfig, Subscription,
 };
 
@@ -87,7 +87,7 @@ pub struct PubsubArgs {
 const NAMESPACE: &str = "pubsub";
 
 struct FelixSender {
-    client: Client,
+    client: Connection,
     stream: String,
 }
 
@@ -98,7 +98,7 @@ impl BatchSender for FelixSender {
 }
 
 struct FelixReceiver {
-    client: Client,
+    client: Connection,
     stream: String,
     sub: Subscription,
     resubscribes: u64,
@@ -187,7 +187,7 @@ pub fn run(args: PubsubArgs) -> anyhow::Result<()> {
                 stream: stream.clone(),
             });
         }
-        let clients: Vec<Client> = senders
+        let clients: Vec<Connection> = senders
             .iter()
             .map(|s| s.client.clone())
             .chain(receivers.iter().map(|r| r.client.clone()))
@@ -273,7 +273,7 @@ async fn run_cluster(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
     for _ in 0..args.load.fanout {
         let client = cluster_client(&args.cluster, args.ca.clone(), timeout).await?;
         let sub = client
-            .subscribe(TENANT, CLUSTER_NAMESPACE, &stream, 0, StartAt::Latest)
+            .subscribe_shard(TENANT, CLUSTER_NAMESPACE, &stream, 0, StartAt::Latest)
             .await
             .context("subscribe")?;
         receivers.push(ClusterReceiver { sub });

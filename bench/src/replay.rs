@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use felix_client::{Client, StartAt};
+use felix_client::{Connection, StartAt};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -36,7 +36,7 @@ pub(crate) struct ReplayFigures {
 /// checking the offsets are contiguous; again from the start after reaching `end` while
 /// `repeat`, until `stop` turns true. Offsets of each pass must begin at 0.
 pub(crate) async fn replay(
-    client: &Client,
+    client: &Connection,
     namespace: &str,
     stream: &str,
     end: u64,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use felix_client::Client;
+use felix_client::Connection;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -52,7 +52,7 @@ pub(crate) struct WatchFigures {
 impl UploadWatch {
     /// Starts watching `stream` (in tenant `bench`, `namespace`) on `client`, which it
     /// closes when finished.
-    pub(crate) fn start(client: Client, namespace: &str, stream: &str) -> UploadWatch {
+    pub(crate) fn start(client: Connection, namespace: &str, stream: &str) -> UploadWatch {
         let stream = stream.to_owned();
         let namespace = namespace.to_owned();
         let (stop, mut stopped) = watch::channel(false);

@@ -7,6 +7,8 @@
 //! travel in one RecordBatch.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -57,6 +59,32 @@ impl Message {
     }
 }
 
+/// A message of just a payload, so that `publish_batch(.., vec!["msg1", "msg2"], ..)` reads
+/// as the spec writes it.
+impl From<&'static str> for Message {
+    fn from(payload: &'static str) -> Message {
+        Message::new(payload)
+    }
+}
+
+impl From<String> for Message {
+    fn from(payload: String) -> Message {
+        Message::new(payload)
+    }
+}
+
+impl From<Bytes> for Message {
+    fn from(payload: Bytes) -> Message {
+        Message::new(payload)
+    }
+}
+
+impl From<Vec<u8>> for Message {
+    fn from(payload: Vec<u8>) -> Message {
+        Message::new(payload)
+    }
+}
+
 /// Where one shard's records landed: the offsets of its first and last record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Published {
@@ -72,7 +100,7 @@ impl Published {
     }
 }
 
-/// The outcome of one shard's part of a [`crate::Client::publish_batch_detailed`] call.
+/// The outcome of one shard's part of a `publish_batch_detailed` call.
 #[derive(Debug)]
 pub struct ShardOutcome {
     /// The shard the records were sent to.
@@ -100,6 +128,93 @@ pub(crate) fn place(
         by_shard.entry(shard).or_default().push(i);
     }
     by_shard.into_iter().collect()
+}
+
+/// The acknowledgements of a publish, in shard order; the first shard's error if one failed.
+pub(crate) fn acknowledged(outcomes: Vec<ShardOutcome>) -> Result<Vec<Published>, ClientError> {
+    let mut published = Vec::with_capacity(outcomes.len());
+    for outcome in outcomes {
+        if let Some(p) = outcome.result? {
+            published.push(p);
+        }
+    }
+    Ok(published)
+}
+
+/// Sends each shard's part of `plan` with `send`, the shards concurrently (each in a task of
+/// its own, so a publish dropped by its caller still finishes; `inline_one` sends a plan of
+/// one shard without a task), and gives each shard's outcome in plan order.
+pub(crate) async fn send_each<F, Fut>(
+    plan: Vec<(u32, Vec<usize>)>,
+    inline_one: bool,
+    send: F,
+) -> Vec<ShardOutcome>
+where
+    F: Fn(u32, Vec<usize>) -> Fut,
+    Fut: Future<Output = Result<Option<Published>, ClientError>> + Send + 'static,
+{
+    if inline_one && let [(shard, indices)] = plan.as_slice() {
+        // The common case (one key, or key-less): no task to spawn.
+        let result = send(*shard, indices.clone()).await;
+        return vec![ShardOutcome {
+            shard: *shard,
+            indices: indices.clone(),
+            result,
+        }];
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (pos, (shard, indices)) in plan.iter().enumerate() {
+        let sending = send(*shard, indices.clone());
+        tasks.spawn(async move { (pos, sending.await) });
+    }
+    let mut results: Vec<Option<Result<Option<Published>, ClientError>>> =
+        plan.iter().map(|_| None).collect();
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok((pos, result)) => results[pos] = Some(result),
+            Err(e) => tracing::error!("publish task failed: {e}"),
+        }
+    }
+    plan.into_iter()
+        .zip(results)
+        .map(|((shard, indices), result)| ShardOutcome {
+            shard,
+            indices,
+            result: result
+                .unwrap_or_else(|| Err(ClientError::Transport("the publish task was lost".into()))),
+        })
+        .collect()
+}
+
+/// Encodes all of `messages`, now, as the one batch of a shard (refusing an empty one);
+/// with `producer` (id, epoch, base sequence) as an idempotent producer's batch.
+pub(crate) fn encode_shard_batch(
+    messages: &[Message],
+    compression: Compression,
+    producer: Option<(i64, i16, i32)>,
+) -> Result<Bytes, ClientError> {
+    if messages.is_empty() {
+        return Err(ClientError::InvalidArgument(
+            "a batch needs at least one message".into(),
+        ));
+    }
+    let indices: Vec<usize> = (0..messages.len()).collect();
+    encode_batch(messages, &indices, compression, now_ms(), producer)
+}
+
+/// Which shard gets which messages: [`place`], with the key-less ones of this call on the
+/// next shard of `round_robin`'s turn.
+pub(crate) fn place_in_turn(
+    messages: &[Message],
+    shards: u32,
+    round_robin: &AtomicU32,
+) -> Vec<(u32, Vec<usize>)> {
+    let keyless = if messages.iter().any(|m| m.key.is_none()) {
+        round_robin.fetch_add(1, Ordering::Relaxed) % shards.max(1)
+    } else {
+        0
+    };
+    place(messages, shards, keyless)
 }
 
 /// Milliseconds since the Unix epoch, now.

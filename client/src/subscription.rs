@@ -29,11 +29,11 @@ pub struct Event {
     pub headers: Vec<(String, Bytes)>,
 }
 
-/// A live subscription to one shard, from [`crate::Client::subscribe`]. Dropping it ends the
-/// subscription.
+/// A live subscription to one shard on one broker, from [`crate::Connection::subscribe`] (a
+/// [`crate::ClusterSubscription`] reads through one at a time). Dropping it ends the subscription.
 ///
 /// ```no_run
-/// # async fn demo(client: felix_client::Client) -> Result<(), felix_client::ClientError> {
+/// # async fn demo(client: felix_client::Connection) -> Result<(), felix_client::ClientError> {
 /// use felix_client::{ClientError, StartAt};
 /// let mut sub = client.subscribe("acme", "prod", "orders", 0, StartAt::Earliest).await?;
 /// loop {

@@ -209,6 +209,12 @@ pub enum AckMode {
     Commit,
 }
 
+impl AckMode {
+    /// The delivery-semantics spec's name for [`AckMode::Batch`]: one answer per batch.
+    #[allow(non_upper_case_globals)]
+    pub const PerBatch: AckMode = AckMode::Batch;
+}
+
 /// Stream settings as the protocol carries them: every field optional, so the same shape
 /// creates (unset = the broker's default) and alters (unset = unchanged). `retention_*`
 /// take `0` to mean "no limit"; `hot_retention_*` take `0` to mean "keep no uploaded segment

@@ -10,14 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cluster::retry::Deadline;
-use crate::{Client, ClientConfig, ClientError};
+use crate::{ClientConfig, ClientError, Connection};
 
 /// The longest a cluster client waits for a handshake with a broker it learned from a
 /// topology (a leader that was just killed is given up on quickly; the request timeout
 /// caps it too).
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-type Slot = Arc<tokio::sync::Mutex<Option<Client>>>;
+type Slot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 
 pub(crate) struct Pool {
     config: ClientConfig,
@@ -42,11 +42,11 @@ impl Pool {
         &self,
         addr: &str,
         deadline: &Deadline,
-    ) -> Result<Client, ClientError> {
+    ) -> Result<Connection, ClientError> {
         let limit = CONNECT_TIMEOUT
             .min(self.config.request_timeout)
             .min(deadline.remaining());
-        match tokio::time::timeout(limit, Client::connect(addr, self.config.clone())).await {
+        match tokio::time::timeout(limit, Connection::connect(addr, self.config.clone())).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Connect(format!(
                 "{addr}: no answer within {limit:?}"
@@ -62,7 +62,7 @@ impl Pool {
         broker: u64,
         addr: &str,
         deadline: &Deadline,
-    ) -> Result<Client, ClientError> {
+    ) -> Result<Connection, ClientError> {
         let slot = self.slot(broker);
         let mut held = slot.lock().await;
         if let Some(client) = held.as_ref().filter(|c| !c.is_closed()) {
@@ -86,14 +86,14 @@ impl Pool {
     }
 
     /// The open connection to `broker`, if there is one (never connects).
-    pub(crate) fn open(&self, broker: u64) -> Option<Client> {
+    pub(crate) fn open(&self, broker: u64) -> Option<Connection> {
         let slot = self.slot(broker);
         let held = slot.try_lock().ok()?;
         held.as_ref().filter(|c| !c.is_closed()).cloned()
     }
 
     /// Every open connection, by broker id.
-    pub(crate) fn open_all(&self) -> Vec<Client> {
+    pub(crate) fn open_all(&self) -> Vec<Connection> {
         let mut ids: Vec<u64> = {
             let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             slots.keys().copied().collect()
@@ -103,7 +103,7 @@ impl Pool {
     }
 
     /// Keeps `client` as its broker's connection, unless that slot holds an open one.
-    pub(crate) async fn insert(&self, client: Client) -> Client {
+    pub(crate) async fn insert(&self, client: Connection) -> Connection {
         let slot = self.slot(client.broker_id());
         let mut held = slot.lock().await;
         match held.as_ref().filter(|c| !c.is_closed()) {

@@ -15,7 +15,7 @@ pub use felix_wire::protocol::{BrokerRoute, ShardRoute};
 use crate::StreamKey;
 
 /// A stream's shards and who leads them, and the cluster's brokers, as one broker reported
-/// them ([`crate::Client::topology`]).
+/// them ([`crate::Connection::topology`]).
 ///
 /// ```
 /// use felix_client::{BrokerRoute, ShardRoute, Topology};

@@ -11,26 +11,26 @@ use felix_wire::protocol::StartAt;
 use tokio::time::Instant;
 
 use super::retry::{Backoff, Deadline, may_retry, resumable_end};
-use super::{ClusterClient, TryFailure};
+use super::{Client, TryFailure};
 use crate::{ClientError, Event, StreamKey, Subscription, stream_key};
 
 /// A subscription to one shard of a stream on a cluster, from
-/// [`ClusterClient::subscribe`]. Like a [`Subscription`], but when the leader's
+/// [`Client::subscribe_shard`]. Like a [`Subscription`], but when the leader's
 /// subscription ends with `not_leader`, `shard_unavailable` (`fenced`, `stopping`, ...),
 /// `subscription_lagged` or a lost connection, it subscribes again on the current leader
 /// from [`ClusterSubscription::next_offset`]. Dropping it ends it.
 ///
 /// ```no_run
-/// # async fn demo(cluster: felix_client::ClusterClient) -> Result<(), felix_client::ClientError> {
+/// # async fn demo(cluster: felix_client::Client) -> Result<(), felix_client::ClientError> {
 /// use felix_client::StartAt;
-/// let mut sub = cluster.subscribe("acme", "prod", "orders", 0, StartAt::Earliest).await?;
+/// let mut sub = cluster.subscribe_shard("acme", "prod", "orders", 0, StartAt::Earliest).await?;
 /// while let Some(event) = sub.next_event().await? {
 ///     println!("{} {:?} (from broker {:?})", event.offset, event.payload, sub.broker_id());
 /// }
 /// # Ok(()) }
 /// ```
 pub struct ClusterSubscription {
-    cluster: ClusterClient,
+    cluster: Client,
     key: StreamKey,
     shard: u32,
     /// Where the next subscription starts.
@@ -65,11 +65,11 @@ impl std::fmt::Debug for ClusterSubscription {
     }
 }
 
-impl ClusterClient {
+impl Client {
     /// Subscribes to one shard of a stream from `from`, on the shard's leader (waiting for
     /// one within the request timeout). Records then come from
     /// [`ClusterSubscription::next_event`], across leadership changes.
-    pub async fn subscribe(
+    pub async fn subscribe_shard(
         &self,
         tenant: &str,
         namespace: &str,

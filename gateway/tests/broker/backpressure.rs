@@ -190,7 +190,7 @@ async fn one_tenant_flooding_does_not_starve_another() {
 
 /// Records the stream's one shard holds before a commit-acked marker published now: its
 /// offset. Everything the broker took before is written by the time the marker is.
-async fn records_before_marker(client: &felix_client::Client, tenant: &str) -> u64 {
+async fn records_before_marker(client: &felix_client::Connection, tenant: &str) -> u64 {
     client
         .publish(tenant, NS, STREAM, Message::new("marker"), AckMode::Commit)
         .await

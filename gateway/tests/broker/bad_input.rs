@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use felix_client::{AckMode, Client, ClientError, Message, StartAt, StreamConfig, codes};
+use felix_client::{AckMode, ClientError, Connection, Message, StartAt, StreamConfig, codes};
 use felix_wire::protocol::{
     AckMode as WireAck, Frame, FrameKind, PROTOCOL_VERSION, Request, Response, features,
 };
@@ -123,7 +123,7 @@ fn assert_broker_code<T: std::fmt::Debug>(result: Result<T, ClientError>, code: 
 }
 
 /// Each shard's next offset, as the broker describes the stream.
-async fn shard_ends(client: &Client) -> BTreeMap<u32, u64> {
+async fn shard_ends(client: &Connection) -> BTreeMap<u32, u64> {
     let info = client
         .describe_stream(TENANT, NS, STREAM)
         .await

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use felix_client::{
-    Client, ClientConfig, ClientError, ClusterClient, Message, StartAt, StreamConfig, codes,
+    ClientConfig, ClientError, ClusterClient, Connection, Message, StartAt, StreamConfig, codes,
 };
 use tokio::sync::Mutex;
 
@@ -125,7 +125,7 @@ async fn create_stream(client: &ClusterClient, name: &str, consistency: &str, ex
 /// Reads shard 0 from the earliest offset up to (not including) `end`, on its leader.
 async fn read_all(client: &ClusterClient, stream: &str, end: u64) -> Vec<(u64, String)> {
     let mut sub = client
-        .subscribe("t", "ns", stream, 0, StartAt::Earliest)
+        .subscribe_shard("t", "ns", stream, 0, StartAt::Earliest)
         .await
         .expect("subscribe");
     let mut out = Vec::new();
@@ -445,14 +445,14 @@ async fn the_same_fault_on_a_leader_and_a_quorum_stream() {
 /// does not answer: a broker just resumed from SIGSTOP on a loaded machine can miss a QUIC
 /// handshake's 6 s, and every caller polls this under a deadline anyway.
 async fn local_next_offset(broker: &Broker, stream: &str) -> u64 {
-    let client = match Client::connect(&broker.quic_addr.to_string(), ClientConfig::default()).await
-    {
-        Ok(client) => client,
-        Err(e) => {
-            eprintln!("broker at {} does not answer yet: {e}", broker.quic_addr);
-            return 0;
-        }
-    };
+    let client =
+        match Connection::connect(&broker.quic_addr.to_string(), ClientConfig::default()).await {
+            Ok(client) => client,
+            Err(e) => {
+                eprintln!("broker at {} does not answer yet: {e}", broker.quic_addr);
+                return 0;
+            }
+        };
     let info = client
         .describe_stream("t", "ns", stream)
         .await
@@ -780,9 +780,16 @@ async fn a_recreated_quorum_stream_takes_publishes_at_once(client: &ClusterClien
     // fails here rather than being retried into success.
     for i in 0..5u64 {
         let published = client
-            .publish("t", "ns", "fwd", Message::new(format!("new-{i}")))
+            .publish(
+                "t",
+                "ns",
+                "fwd",
+                Message::new(format!("new-{i}")),
+                felix_client::AckMode::Batch,
+            )
             .await
-            .unwrap_or_else(|e| panic!("publish {i} to the re-created stream: {e}"));
+            .unwrap_or_else(|e| panic!("publish {i} to the re-created stream: {e}"))
+            .expect("acknowledged");
         assert_eq!(published.base_offset, i, "the new stream starts at 0");
     }
     let payloads: Vec<String> = read_all(client, "fwd", 5)
@@ -853,7 +860,7 @@ async fn a_quorum_subscriber_sees_nothing_a_majority_does_not_hold() {
     let leader = cluster.leader(&client, "gated", None).await;
     publish_n(&client, "gated", "before", 10).await;
     let mut sub = client
-        .subscribe("t", "ns", "gated", 0, StartAt::Earliest)
+        .subscribe_shard("t", "ns", "gated", 0, StartAt::Earliest)
         .await
         .expect("subscribe");
     for i in 0..10u64 {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use felix_client::{Client, ClientConfig, ClusterClient, Event, StreamConfig, Subscription};
+use felix_client::{ClientConfig, ClusterClient, Connection, Event, StreamConfig, Subscription};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_felix");
@@ -288,8 +288,8 @@ impl Broker {
     }
 
     /// A client with the default configuration (loopback needs no CA).
-    pub async fn client(&self) -> Client {
-        Client::connect(&self.quic_addr.to_string(), ClientConfig::default())
+    pub async fn client(&self) -> Connection {
+        Connection::connect(&self.quic_addr.to_string(), ClientConfig::default())
             .await
             .unwrap_or_else(|e| panic!("connect to {}: {e}", self.quic_addr))
     }
@@ -387,7 +387,13 @@ pub fn metric_value(line: &str) -> f64 {
 }
 
 /// Creates tenant, namespace and a durable stream of `shards` shards.
-pub async fn durable_stream(client: &Client, tenant: &str, ns: &str, stream: &str, shards: u32) {
+pub async fn durable_stream(
+    client: &Connection,
+    tenant: &str,
+    ns: &str,
+    stream: &str,
+    shards: u32,
+) {
     client.create_tenant(tenant).await.expect("create tenant");
     client
         .create_namespace(tenant, ns)

@@ -18,7 +18,7 @@ fn stream_dir(broker: &Broker) -> PathBuf {
     broker.data_dir().join("streams").join(T).join(NS).join(S)
 }
 
-async fn create(client: &felix_client::Client) {
+async fn create(client: &felix_client::Connection) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let r = client
@@ -46,7 +46,7 @@ async fn create(client: &felix_client::Client) {
     }
 }
 
-async fn publish(client: &felix_client::Client, prefix: &str, n: usize) {
+async fn publish(client: &felix_client::Connection, prefix: &str, n: usize) {
     for i in 0..n {
         client
             .publish(
@@ -62,7 +62,7 @@ async fn publish(client: &felix_client::Client, prefix: &str, n: usize) {
 }
 
 /// Every record of shard 0 up to its end, by subscribing from the earliest offset.
-async fn read_all(client: &felix_client::Client, end: u64) -> Vec<String> {
+async fn read_all(client: &felix_client::Connection, end: u64) -> Vec<String> {
     let mut sub = client
         .subscribe(T, NS, S, 0, StartAt::Earliest)
         .await

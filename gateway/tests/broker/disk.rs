@@ -41,7 +41,7 @@ impl Drop for Tmpfs {
     }
 }
 
-async fn create(client: &felix_client::Client, name: &str) {
+async fn create(client: &felix_client::Connection, name: &str) {
     client
         .create_stream(
             T,

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use felix_client::{
-    AckMode, Client, ClientError, ClusterClient, Event, Message, StartAt, StreamConfig, codes,
+    AckMode, ClientError, ClusterClient, Connection, Event, Message, StartAt, StreamConfig, codes,
 };
 use tokio::sync::mpsc;
 
@@ -32,7 +32,7 @@ const T: &str = "eph";
 const NS: &str = "ns";
 
 /// Creates the tenant and namespace (if missing) and an ephemeral stream of one shard.
-async fn ephemeral_stream(client: &Client, name: &str) {
+async fn ephemeral_stream(client: &Connection, name: &str) {
     for r in [
         client.create_tenant(T).await,
         client.create_namespace(T, NS).await,
@@ -71,7 +71,7 @@ fn tenant_counter(metrics: &str, name: &str) -> f64 {
         .sum()
 }
 
-async fn publish(client: &Client, stream: &str, payloads: &[Bytes]) -> (u64, u64) {
+async fn publish(client: &Connection, stream: &str, payloads: &[Bytes]) -> (u64, u64) {
     let messages = payloads.iter().cloned().map(Message::new).collect();
     let published = client
         .publish_batch(T, NS, stream, messages, AckMode::Batch)
@@ -105,7 +105,7 @@ async fn ephemeral_streams_on_one_broker() {
 /// nothing and nothing is redelivered: a subscriber that comes back, even asking for the
 /// earliest offset, starts at the tail.
 async fn an_ephemeral_stream_delivers_at_most_once_with_no_acknowledgement_from_subscribers(
-    client: &Client,
+    client: &Connection,
 ) {
     let mut sub = client
         .subscribe(T, NS, "live", 0, StartAt::Latest)
@@ -272,7 +272,7 @@ async fn an_ephemeral_stream_answers_when_the_publish_is_queued_and_drops_unanno
 
 /// An idempotent producer's batch sent twice is answered twice with the same offsets and
 /// offered to subscribers once; its next batch follows; a gap is refused.
-async fn an_idempotent_batch_resent_to_an_ephemeral_stream_is_offered_once(client: &Client) {
+async fn an_idempotent_batch_resent_to_an_ephemeral_stream_is_offered_once(client: &Connection) {
     let mut sub = client
         .subscribe(T, NS, "idem", 0, StartAt::Latest)
         .await
@@ -339,13 +339,13 @@ async fn ephemeral_leader(client: &ClusterClient, stream: &str, not: Option<u64>
 async fn ephemeral_streams_across_a_cluster() {
     let mut cluster = Cluster::start(3).await;
     let client = cluster.client(Duration::from_secs(30)).await;
-    let any = client.any_client().await.expect("a broker");
+    let any = client.any_connection().await.expect("a broker");
     ephemeral_stream(&any, "wide").await;
     let leader = ephemeral_leader(&client, "wide", None).await;
     let others: Vec<u64> = (1..=3).filter(|b| *b != leader).collect();
 
     let mut sub = client
-        .subscribe(T, NS, "wide", 0, StartAt::Latest)
+        .subscribe_shard(T, NS, "wide", 0, StartAt::Latest)
         .await
         .expect("cluster subscribe");
     assert_eq!(

@@ -8,7 +8,7 @@
 
 use bytes::Bytes;
 use felix_client::{
-    AckMode, Client, ClientConfig, ClientError, Event, Message, StartAt, Subscription, features,
+    AckMode, ClientConfig, ClientError, Connection, Event, Message, StartAt, Subscription, features,
 };
 
 use super::common::{
@@ -36,7 +36,7 @@ fn record(batch: u64, i: usize) -> Bytes {
 
 /// Publishes batch `b` and waits until the fast subscriber has read it.
 async fn publish_batch_and_follow(
-    publisher: &Client,
+    publisher: &Connection,
     fast: &mut Subscription,
     payloads: &mut Vec<Bytes>,
     fast_events: &mut Vec<Event>,
@@ -304,7 +304,7 @@ async fn a_subscriber_without_the_lagged_feature_keeps_its_subscription_and_fall
     let publisher = broker.client().await;
     durable_stream(&publisher, TENANT, NS, STREAM, 1).await;
     let fast_client = broker.client().await;
-    let old_client = Client::connect(
+    let old_client = Connection::connect(
         &broker.quic_addr.to_string(),
         ClientConfig {
             features: features::ALL & !features::SUBSCRIPTION_LAGGED,

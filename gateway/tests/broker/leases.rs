@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, BytesMut};
 use felix_client::{
-    AckMode, Client, ClientError, ClusterClient, Event, Message, StartAt, StreamConfig, codes,
+    AckMode, ClientError, ClusterClient, Connection, Event, Message, StartAt, StreamConfig, codes,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -67,7 +67,7 @@ async fn publish_n(client: &ClusterClient, stream: &str, prefix: &str, n: usize)
     }
 }
 
-async fn publish_one(client: &Client, stream: &str, payload: &str) -> Result<u64, ClientError> {
+async fn publish_one(client: &Connection, stream: &str, payload: &str) -> Result<u64, ClientError> {
     let message = Message::new(payload.to_owned());
     let published = client
         .publish_batch(T, NS, stream, vec![message], AckMode::Batch)
@@ -229,7 +229,7 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
     publish_n(&client, &q, "q", 10).await;
     // A cluster client's subscription, to follow the Quorum shard through its failover.
     let mut follow = client
-        .subscribe(T, NS, &q, 0, StartAt::Earliest)
+        .subscribe_shard(T, NS, &q, 0, StartAt::Earliest)
         .await
         .expect("subscribe through the cluster client");
     let mut followed = Vec::new();
@@ -394,7 +394,7 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
             .build()
             .expect("a batch"),
     );
-    let publish_b = |direct: Client, batch: bytes::Bytes| async move {
+    let publish_b = |direct: Connection, batch: bytes::Bytes| async move {
         direct
             .publish_raw(T, NS, "lead", 0, batch, AckMode::Batch)
             .await
@@ -465,7 +465,7 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
     );
     publish_n(&client, "lead", "c", 1).await;
     let mut sub = client
-        .subscribe(T, NS, "lead", 0, StartAt::Earliest)
+        .subscribe_shard(T, NS, "lead", 0, StartAt::Earliest)
         .await
         .expect("subscribe");
     let mut all = Vec::new();
@@ -493,7 +493,7 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
     create(&client, "lagging", "leader", 1).await;
     let lag_leader = leader_of(&client, "lagging", None).await;
     let mut slow = client
-        .subscribe(T, NS, "lagging", 0, StartAt::Earliest)
+        .subscribe_shard(T, NS, "lagging", 0, StartAt::Earliest)
         .await
         .expect("subscribe");
     let record = |b: usize, i: usize| {

@@ -117,7 +117,7 @@ async fn a_quic_listener_past_max_connections_refuses_and_recovers() {
         request_timeout: Duration::from_secs(5),
         ..Default::default()
     };
-    let refused = felix_client::Client::connect(&broker.quic_addr.to_string(), config()).await;
+    let refused = felix_client::Connection::connect(&broker.quic_addr.to_string(), config()).await;
     assert!(
         refused.is_err(),
         "a fourth connection is refused: {:?}",
@@ -134,7 +134,7 @@ async fn a_quic_listener_past_max_connections_refuses_and_recovers() {
     held.pop().unwrap().close().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        match felix_client::Client::connect(&broker.quic_addr.to_string(), config()).await {
+        match felix_client::Connection::connect(&broker.quic_addr.to_string(), config()).await {
             Ok(_) => break,
             Err(e) => {
                 assert!(

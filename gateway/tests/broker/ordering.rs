@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use felix_client::{AckMode, Client, ClientConfig, Event, Message, StartAt};
+use felix_client::{AckMode, ClientConfig, Connection, Event, Message, StartAt};
 use parking_lot::Mutex;
 
 use super::common::{
@@ -34,7 +34,7 @@ fn parse_numbered(payload: &[u8]) -> (usize, u64) {
 /// Publishes batches `batches` (each of `per_batch` numbered messages), one `publish_batch`
 /// at a time, and returns offset → payload of everything acknowledged.
 async fn publish_numbered(
-    client: Client,
+    client: Connection,
     tenant: &'static str,
     publisher: usize,
     batches: std::ops::Range<u64>,
@@ -277,7 +277,7 @@ async fn a_client_asking_for_commit_acks_gets_them_from_an_enqueue_ack_broker() 
 async fn replay_right_after_the_ack(options: BrokerOptions, config: ClientConfig) {
     const TENANT: &str = "replay";
     let broker = Broker::start(options).await;
-    let client = Client::connect(&broker.quic_addr.to_string(), config)
+    let client = Connection::connect(&broker.quic_addr.to_string(), config)
         .await
         .expect("connect");
     durable_stream(&client, TENANT, NS, STREAM, 1).await;
@@ -331,4 +331,51 @@ async fn replay_right_after_the_ack(options: BrokerOptions, config: ClientConfig
     }
     stop.store(true, std::sync::atomic::Ordering::Release);
     background.await.expect("background publisher");
+}
+
+/// The spec's `client.subscribe(tenant, namespace, stream)` reads a whole stream: through a
+/// `Client` on a single broker (a cluster of one), every shard's records arrive, each
+/// shard's in log order from its first offset, nothing repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_stream_subscription_reads_every_shard_in_order() {
+    let broker = Broker::start(BrokerOptions::new()).await;
+    durable_stream(&broker.client().await, "whole", NS, STREAM, 3).await;
+    let addr = broker.quic_addr.to_string();
+    let client = felix_client::Client::connect([addr], ClientConfig::default())
+        .await
+        .expect("connect a client to a cluster of one");
+    let messages: Vec<Message> = (0..60)
+        .map(|i| Message::new(format!("m{i}")).with_key(format!("k{}", i % 7)))
+        .collect();
+    let acks = client
+        .publish_batch("whole", NS, STREAM, messages, AckMode::Batch)
+        .await
+        .expect("publish");
+    assert!(acks.len() > 1, "the keys span several shards: {acks:?}");
+
+    let mut sub = client
+        .subscribe_from("whole", NS, STREAM, StartAt::Earliest)
+        .await
+        .expect("subscribe to the whole stream");
+    let mut by_shard: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+    let mut payloads = Vec::new();
+    while payloads.len() < 60 {
+        let event = tokio::time::timeout(PATIENCE, sub.next_event())
+            .await
+            .expect("the next record in time")
+            .expect("no error")
+            .expect("the subscription stays open");
+        let shard = sub.last_shard().expect("a record names its shard");
+        by_shard.entry(shard).or_default().push(event.offset);
+        payloads.push(String::from_utf8(event.payload.to_vec()).expect("utf-8"));
+    }
+    for ack in &acks {
+        let offsets = &by_shard[&ack.shard];
+        let expected: Vec<u64> = (0..=ack.last_offset).collect();
+        assert_eq!(offsets, &expected, "shard {} in log order", ack.shard);
+    }
+    payloads.sort();
+    let mut sent: Vec<String> = (0..60).map(|i| format!("m{i}")).collect();
+    sent.sort();
+    assert_eq!(payloads, sent, "every record once");
 }

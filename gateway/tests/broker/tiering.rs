@@ -16,7 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use felix_client::{AckMode, Client, ClientError, Event, Message, StartAt, StreamConfig, codes};
+use felix_client::{
+    AckMode, ClientError, Connection, Event, Message, StartAt, StreamConfig, codes,
+};
 use felix_cold::store::TierStore;
 use felix_testkit::s3server::S3Server;
 use tokio::net::{TcpListener, TcpStream};
@@ -137,7 +139,7 @@ impl Tiering {
 
 /// Creates the tenant, namespace and a durable, tiered stream of one shard whose segments
 /// are tiny and roll after a second of quiet.
-async fn tiered_stream(client: &Client, extra: StreamConfig) {
+async fn tiered_stream(client: &Connection, extra: StreamConfig) {
     client.create_tenant(TENANT).await.expect("create tenant");
     client
         .create_namespace(TENANT, NS)
@@ -170,7 +172,7 @@ fn message(i: u64) -> Message {
 }
 
 /// Publishes records `from..to` in acknowledged batches of 10.
-async fn publish(client: &Client, from: u64, to: u64) {
+async fn publish(client: &Connection, from: u64, to: u64) {
     let mut i = from;
     while i < to {
         let end = (i + 10).min(to);
@@ -218,7 +220,7 @@ fn assert_records(events: &[Event], from: u64, what: &str) {
 
 /// Waits until `check` holds for the shard's info, failing after [`PATIENCE`].
 async fn wait_for_shard(
-    client: &Client,
+    client: &Connection,
     what: &str,
     check: impl Fn(&felix_client::ShardInfo) -> bool,
 ) -> felix_client::ShardInfo {
@@ -258,7 +260,7 @@ fn local_segments(broker: &Broker) -> usize {
         .unwrap_or(0)
 }
 
-async fn subscribe_all(client: &Client, from: StartAt, end: u64, what: &str) -> Vec<Event> {
+async fn subscribe_all(client: &Connection, from: StartAt, end: u64, what: &str) -> Vec<Event> {
     let mut sub = client
         .subscribe(TENANT, NS, STREAM, 0, from)
         .await
