@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use felix_client::{AckMode, Client, Message, StreamConfig};
+use felix_client::{AckMode, Connection, Message, StreamConfig};
 use serde_json::{Value, json};
 
 use super::common::{Broker, BrokerOptions, PATIENCE};
@@ -29,7 +29,7 @@ fn order(i: u64) -> Message {
 }
 
 /// Waits until every shard's records are all in objects.
-async fn wait_uploaded(client: &Client) {
+async fn wait_uploaded(client: &Connection) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     loop {
         let info = client.describe_stream(T, NS, S).await.expect("describe");
