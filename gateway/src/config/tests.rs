@@ -525,3 +525,39 @@ fn the_docs_list_every_setting_as_declared_and_no_other() {
         expected.join("\n")
     );
 }
+
+#[test]
+fn each_documented_default_is_the_declared_one() {
+    let defaults: toml::Table = toml::from_str(&BrokerConfig::default().to_toml()).expect("toml");
+    let mut compared = 0;
+    for row in declared_settings_table().iter().skip(2) {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        let key = cells[0].trim_start_matches("| ").trim_matches('`');
+        let Some(documented) = cells[3].strip_prefix('`').and_then(|d| d.split('`').next()) else {
+            continue;
+        };
+        let Some(value) = defaults.get(key).filter(|_| !documented.contains('<')) else {
+            continue;
+        };
+        let value = match value {
+            toml::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        assert_eq!(documented, value, "{key}'s documented default");
+        compared += 1;
+    }
+    assert!(compared >= 35, "only {compared} defaults compared");
+}
+
+#[test]
+fn the_command_line_leaves_the_environment_to_its_own_layer() {
+    let command = without_env(<Args as clap::Args>::augment_args(clap::Command::new(
+        "felix",
+    )));
+    assert!(command.get_arguments().all(|arg| arg.get_env().is_none()));
+    let help = command.clone().render_long_help().to_string();
+    assert!(help.contains("[env: FELIX_NODE_ID]"), "{help}");
+    assert!(help.contains("[env: FELIX_DURABLE_FSYNC_MODE]"), "{help}");
+    let short = command.clone().render_help().to_string();
+    assert!(short.contains("[env: FELIX_CONFIG]"), "{short}");
+}
