@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use felix_gateway::broker::Broker;
 use felix_gateway::config::{self, BrokerConfig};
 use felix_gateway::kafka::{KafkaListener, KafkaSettings};
@@ -65,7 +65,9 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // The FELIX_* variables are a layer of their own (config::sources), not clap's.
+    let matches = config::without_env(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let config = match BrokerConfig::load(&cli.config) {
         Ok(config) => config,
         Err(e) => {
@@ -386,8 +388,6 @@ async fn stop_step(what: &str, step: impl std::future::Future<Output = ()>) {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
-
     use super::*;
 
     #[test]

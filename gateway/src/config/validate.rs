@@ -1,0 +1,98 @@
+//! The checks across settings: what no single setting's type or own check can refuse
+//! (a cluster without this node, two listeners on one address, a certificate without its
+//! key, a batch larger than a frame).
+//!
+//! Invariant: the first problem found is the error, and it names the setting to change.
+
+use std::str::FromStr;
+
+use super::cluster::check_host_port;
+use super::{BrokerConfig, ConfigError, invalid};
+
+impl BrokerConfig {
+    /// Checks the settings against each other; the first problem found is the error.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.data_dir.as_os_str().is_empty() {
+            return Err(invalid("data_dir", "must not be empty"));
+        }
+        if !self.cluster.is_empty() {
+            if !self.cluster.contains_key(&self.node_id) {
+                let ids: Vec<String> = self.cluster.keys().map(u64::to_string).collect();
+                return Err(invalid(
+                    "cluster",
+                    format!(
+                        "does not contain this node's id {} (members: {})",
+                        self.node_id,
+                        ids.join(", ")
+                    ),
+                ));
+            }
+            for (id, addr) in &self.cluster {
+                check_host_port(addr)
+                    .map_err(|e| invalid("cluster", format!("member {id}: {e}")))?;
+            }
+        }
+        if self.admin_addr == self.internal_addr {
+            return Err(invalid(
+                "admin_addr",
+                format!(
+                    "{} is also internal_addr; the admin and internal HTTP listeners need \
+                     different addresses",
+                    self.admin_addr
+                ),
+            ));
+        }
+        felix_cold::store::validate_url(&self.object_store).map_err(|e| {
+            invalid(
+                "object_store",
+                e.to_string()
+                    .trim_start_matches("bad object store URL: ")
+                    .to_owned(),
+            )
+        })?;
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(_), None) => {
+                return Err(invalid("tls_cert", "is set without tls_key (--tls-key)"));
+            }
+            (None, Some(_)) => {
+                return Err(invalid("tls_key", "is set without tls_cert (--tls-cert)"));
+            }
+            _ => {}
+        }
+        felix_hot::FsyncPolicy::from_str(&self.fsync).map_err(|e| invalid("fsync", e))?;
+        self.check_each()?;
+        if self.kafka_default_partitions > 4096 {
+            return Err(invalid(
+                "kafka_default_partitions",
+                "must be at most 4096 (a stream's most shards)",
+            ));
+        }
+        for (key, addr) in [
+            ("admin_addr", self.admin_addr),
+            ("internal_addr", self.internal_addr),
+        ] {
+            if addr == self.kafka_addr && addr.port() != 0 {
+                return Err(invalid(
+                    "kafka_addr",
+                    format!("{addr} is also {key}; the Kafka listener needs an address of its own"),
+                ));
+            }
+        }
+        if self.max_frame_bytes > u32::MAX as usize {
+            return Err(invalid(
+                "max_frame_bytes",
+                format!("must be at most {} (a frame's length is 32 bits)", u32::MAX),
+            ));
+        }
+        if self.max_batch_bytes > self.max_frame_bytes {
+            return Err(invalid(
+                "max_batch_bytes",
+                format!(
+                    "{} exceeds max_frame_bytes {}: a batch must fit in a frame",
+                    self.max_batch_bytes, self.max_frame_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
