@@ -258,7 +258,8 @@ impl MetaState {
         Ok(())
     }
 
-    pub(super) fn require_shard(&self, shard: &ShardKey) -> Result<(), CommandError> {
+    /// The stream of `shard`, if it has such a shard.
+    pub(super) fn require_shard(&self, shard: &ShardKey) -> Result<&Stream, CommandError> {
         let stream = self
             .streams
             .get(&stream_key(&shard.tenant, &shard.namespace, &shard.stream))
@@ -266,7 +267,7 @@ impl MetaState {
         if shard.shard >= stream.settings.shards {
             return Err(missing("shard", shard.to_string()));
         }
-        Ok(())
+        Ok(stream)
     }
 
     /// Whether a command changes the registry brokers keep locally (tenants, namespaces,

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 
 use super::command::Applied;
 use super::errors::{CommandError, missing};
-use super::names::{ShardKey, stream_key};
+use super::names::ShardKey;
 use super::settings::Consistency;
 use super::state::{EpochStart, MetaState, Placement, Replication};
 
@@ -46,13 +46,7 @@ impl MetaState {
         replicas: &[u64],
         leader: Option<u64>,
     ) -> Result<Applied, CommandError> {
-        let stream = self
-            .streams
-            .get(&stream_key(&shard.tenant, &shard.namespace, &shard.stream))
-            .ok_or_else(|| missing("stream", shard.to_string()))?;
-        if shard.shard >= stream.settings.shards {
-            return Err(missing("shard", shard.to_string()));
-        }
+        let stream = self.require_shard(shard)?;
         if replicas.is_empty() {
             return Err(CommandError::Invalid(
                 "a shard needs at least one replica".into(),
