@@ -28,7 +28,7 @@ pub(super) fn check_name(kind: &str, name: &str) -> Result<(), CommandError> {
     }
 }
 
-/// The key of a stream in [`MetaState::streams`].
+/// The key of a stream in [`MetaState::streams`](super::MetaState::streams).
 pub fn stream_key(tenant: &str, namespace: &str, name: &str) -> String {
     format!("{tenant}/{namespace}/{name}")
 }

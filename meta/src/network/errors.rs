@@ -24,7 +24,7 @@ use crate::types::NodeId;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ForwardError {
     /// The request was not delivered: the peer could not be connected to. Safe to retry,
-    /// here or elsewhere: a proposed command was not applied. A [`MetaService`] returns this
+    /// here or elsewhere: a proposed command was not applied. A [`MetaService`](super::MetaService) returns this
     /// only when that holds.
     #[error("peer unreachable: {0}")]
     Unreachable(String),
