@@ -16,7 +16,8 @@
 //! * [`configs`] — DescribeConfigs and (Incremental)AlterConfigs: topic configs as stream
 //!   settings.
 //! * [`produce`], [`fetch`], [`list_offsets`] — the data path.
-//! * [`groups`] — the group coordinator (membership, rebalances) and InitProducerId.
+//! * [`groups`] — the group coordinator: membership, rebalances, offset commits, which
+//!   broker coordinates a group. (InitProducerId is in [`produce`].)
 //! * [`offsets`] — committed offsets, durable in a log of their own.
 //! * [`errors`] — Felix errors as Kafka error codes.
 //! * [`unbuilt`] — the KIP-848 and share-group heartbeats, refused so clients say so.

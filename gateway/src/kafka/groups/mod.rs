@@ -1,0 +1,21 @@
+//! The Kafka group coordinator (the classic protocol): membership, rebalances and committed
+//! offsets of the consumer groups of the listener's namespace.
+//!
+//! * `coordinator.rs` — the state machine: when a group rebalances, who leads, what each
+//!   member is answered ([`GroupCoordinator`]).
+//! * `membership.rs` — JoinGroup, SyncGroup, Heartbeat, LeaveGroup and session expiry.
+//! * `commits.rs` — OffsetCommit and OffsetFetch: who may commit.
+//! * `find.rs` — FindCoordinator: which broker coordinates a group.
+//! * `describe.rs` — ListGroups and DescribeGroups.
+
+mod commits;
+mod coordinator;
+mod describe;
+mod find;
+mod membership;
+
+pub use commits::{offset_commit, offset_fetch};
+pub use coordinator::GroupCoordinator;
+pub use describe::{describe_groups, list_groups};
+pub use find::find_coordinator;
+pub use membership::{Caller, expire_members, heartbeat, join_group, leave_group, sync_group};

@@ -1,0 +1,162 @@
+//! The commands that change the control plane's state, and their answers.
+//!
+//! Decides what can be asked of the state machine: each [`Command`] is one log entry's
+//! payload (or, in a [`Command::Batch`], one of several), and each gets one answer, an
+//! [`Applied`] or a [`CommandError`](super::CommandError). The invariant: commands carry no
+//! clock and no randomness, only values, so applying them gives the same state on every node.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::errors::CommandError;
+use super::names::ShardKey;
+use super::settings::{StreamSettings, StreamSettingsPatch};
+use super::state::{Broker, SegmentEntry, TierState};
+
+/// A change to the control plane's state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "cmd")]
+pub enum Command {
+    CreateTenant {
+        name: String,
+    },
+    DeleteTenant {
+        name: String,
+    },
+    CreateNamespace {
+        tenant: String,
+        name: String,
+    },
+    DeleteNamespace {
+        tenant: String,
+        name: String,
+    },
+    CreateStream {
+        tenant: String,
+        namespace: String,
+        name: String,
+        settings: StreamSettings,
+    },
+    /// Changes settings; with `expected_version`, only if the stream is at that version.
+    AlterStream {
+        tenant: String,
+        namespace: String,
+        name: String,
+        patch: StreamSettingsPatch,
+        expected_version: Option<u64>,
+    },
+    DeleteStream {
+        tenant: String,
+        namespace: String,
+        name: String,
+    },
+    /// A deleted stream's objects are gone from the object store: its name is free again.
+    ObjectsDeleted {
+        tenant: String,
+        namespace: String,
+        name: String,
+    },
+    RegisterBroker {
+        broker: Broker,
+    },
+    SetBrokerAlive {
+        id: u64,
+        alive: bool,
+    },
+    /// Sets a shard's replica set and leader; a leader change bumps the generation and
+    /// starts an epoch at the shard's quorum mark. On a quorum stream with acknowledged
+    /// records, the new leader must be one of the in-sync replicas.
+    SetPlacement {
+        shard: ShardKey,
+        replicas: Vec<u64>,
+        leader: Option<u64>,
+    },
+    /// A shard leader's report of its quorum mark and in-sync replicas, for generation
+    /// `generation`. Refused with [`CommandError::StaleGeneration`] unless that is the
+    /// shard's current generation; refused as invalid unless `in_sync` is a majority of
+    /// the replicas and includes the leader, or if `committed` would go down.
+    ReportReplicas {
+        shard: ShardKey,
+        generation: u64,
+        committed: u64,
+        in_sync: BTreeSet<u64>,
+    },
+    /// Adds a segment to a shard's manifest (refused if it overlaps an existing entry).
+    AddSegment {
+        shard: ShardKey,
+        segment: SegmentEntry,
+    },
+    /// Moves a segment to another tier, recording its object if it has one.
+    SetSegmentTier {
+        shard: ShardKey,
+        base_offset: u64,
+        tier: TierState,
+        object_key: Option<String>,
+        checksum: Option<String>,
+    },
+    SetSegmentCopies {
+        shard: ShardKey,
+        base_offset: u64,
+        brokers: BTreeSet<u64>,
+    },
+    RemoveSegment {
+        shard: ShardKey,
+        base_offset: u64,
+    },
+    /// Records an uploaded object at the end of a shard's manifest. Refused unless it starts
+    /// exactly where the manifest ends (or, for the first object, at or above the floor), so
+    /// two uploaders racing for one range cannot both succeed and the cold tier never has a
+    /// gap or an overlap.
+    RecordObject {
+        shard: ShardKey,
+        segment: SegmentEntry,
+    },
+    /// Total retention: forgets every object wholly below `below` and raises the shard's
+    /// floor (its earliest offset) to `below`. Answered with the removed entries, so the
+    /// caller can delete their objects once this is committed.
+    TrimManifest {
+        shard: ShardKey,
+        below: u64,
+    },
+    /// Reserves `count` producer ids; answered with the first.
+    AllocateProducerIds {
+        count: u32,
+    },
+    /// Finalizes a feature at a level; levels never go down.
+    FinalizeFeature {
+        name: String,
+        level: u32,
+    },
+    /// Several commands in one log entry, applied in order; each has its own answer. The
+    /// proposer batches commands that queue up while a Raft write is in flight.
+    Batch {
+        commands: Vec<Command>,
+    },
+}
+
+/// The answer to one command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "ok")]
+pub enum Applied {
+    Done,
+    /// A stream's version after create or alter.
+    StreamVersion {
+        version: u64,
+    },
+    /// A shard's generation after a placement change.
+    Generation {
+        generation: u64,
+    },
+    ProducerIds {
+        first: i64,
+        count: u32,
+    },
+    Batch {
+        results: Vec<Result<Applied, CommandError>>,
+    },
+    /// The manifest entries a `TrimManifest` removed.
+    Trimmed {
+        removed: Vec<SegmentEntry>,
+    },
+}

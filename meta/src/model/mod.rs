@@ -1,0 +1,42 @@
+//! The control plane's replicated state and the commands that change it.
+//!
+//! Decides what a valid change is: every command is validated inside the state machine,
+//! against the state it is applied to, so a command is accepted or refused the same way on
+//! every node whatever API sent it; a refused command still occupies its log entry and
+//! changes nothing. It also decides where a new shard goes and keeps the two facts failover
+//! rests on: each shard's epochs and its last replication report.
+//!
+//! * `state.rs` — what the state holds ([`MetaState`]: tenants, streams, brokers, placement,
+//!   manifests, replication reports, producer ids, features).
+//! * `command.rs` — the commands ([`Command`]) and their answers ([`Applied`]).
+//! * `errors.rs` — why a command is refused ([`CommandError`]).
+//! * `apply.rs` — applying a command: tenants, namespaces, streams, brokers, producer ids and
+//!   features ([`MetaState::apply`]).
+//! * `names.rs` — valid names, the stream key and the shard key ([`ShardKey`]).
+//! * `settings.rs` — a stream's settings and how an alter changes them.
+//! * `placement.rs` — where a new shard goes ([`MetaState::spread`]).
+//! * `epochs.rs` — placement changes, leader generations and their epochs, replication
+//!   reports: a leader change on a quorum stream is refused unless the new leader is known
+//!   to hold every acknowledged record.
+//! * `manifest.rs` — a shard's segment manifest: no gap, no overlap.
+//! * [`shard_map`] — the serde form of maps keyed by a shard.
+
+mod apply;
+mod command;
+mod epochs;
+mod errors;
+mod manifest;
+mod names;
+mod placement;
+mod settings;
+pub mod shard_map;
+mod state;
+
+pub use command::{Applied, Command};
+pub use errors::CommandError;
+pub use names::{MAX_NAME_LEN, ShardKey, stream_key};
+pub use placement::placed_replicas;
+pub use settings::{Consistency, Durability, StreamSettings, StreamSettingsPatch};
+pub use state::{
+    Broker, EpochStart, MetaState, Placement, Replication, SegmentEntry, Stream, TierState,
+};
