@@ -16,6 +16,7 @@ mod broker {
     mod corruption;
     mod deletes;
     mod disk;
+    mod docs;
     mod durability;
     mod ephemeral;
     mod fanout;
