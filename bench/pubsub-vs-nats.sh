@@ -229,7 +229,7 @@ frames = [
     ("request and subscription streams (frame encode, stream writes)", "felix_gateway::server::handle_stream"),
     ("log writer (append, group commit)", "felix_hot::writer::Writer::run"),
     ("log reads for delivery", "felix_hot::log::ShardLog::read"),
-    ("fanout task (follow the log)", "felix_gateway::broker::follow_log"),
+    ("fanout task (follow the log)", "felix_gateway::fanout::follow_log"),
     ("periodic fsync", "fdatasync"),
 ]
 found = {}

@@ -18,9 +18,9 @@ use std::time::Duration;
 use felix_hot::{Appended, WriteGate};
 use felix_wire::protocol::ErrorBody;
 
-use crate::broker::log_error;
+use crate::errors::log_error;
 use crate::metrics::Metrics;
-use crate::replication::Lease;
+use crate::replication::lease::Lease;
 
 /// The gate a cluster broker puts on each log it may lead: a leader write goes ahead only
 /// while the broker's lease holds. (It also waits out the write-stall fault, so a test can

@@ -31,10 +31,12 @@ use felix_wire::protocol::ErrorBody;
 use tokio::sync::watch;
 use tracing::info;
 
-use crate::broker::{Broker, LiveBatch, Shard};
+use crate::fanout::LiveBatch;
 use crate::metrics::Metrics;
+use crate::node::Node;
 use crate::producers::SeqCheck;
-use crate::replication::{ReplState, Role};
+use crate::replication::role::{ReplState, Role};
+use crate::shard::Shard;
 
 /// How often a leader re-reads its lease (as the durable leader's driver does).
 const LEASE_CHECK: Duration = Duration::from_millis(100);
@@ -122,13 +124,13 @@ fn take_role(shard: &Shard, repl: &ReplState, me: u64, lease_holds: bool) {
 /// Cluster mode: gives a just-opened ephemeral shard its role at once (so the first request
 /// is answered by the placement, not refused while a task starts), then keeps the role in
 /// step with the placement and the lease until the shard's tasks are stopped.
-pub(crate) fn lead(broker: &Arc<Broker>, shard: &Arc<Shard>, stop: watch::Receiver<bool>) {
+pub(crate) fn lead(node: &Arc<Node>, shard: &Arc<Shard>, stop: watch::Receiver<bool>) {
     let Some(repl) = shard.repl.clone() else {
         return;
     };
-    take_role(shard, &repl, broker.broker_id(), broker.lease().holds());
+    take_role(shard, &repl, node.broker_id(), node.lease.holds());
     tokio::spawn(follow_placement(
-        Arc::downgrade(broker),
+        Arc::downgrade(node),
         Arc::downgrade(shard),
         repl,
         stop,
@@ -136,7 +138,7 @@ pub(crate) fn lead(broker: &Arc<Broker>, shard: &Arc<Shard>, stop: watch::Receiv
 }
 
 async fn follow_placement(
-    broker: Weak<Broker>,
+    node: Weak<Node>,
     shard: Weak<Shard>,
     repl: Arc<ReplState>,
     mut stop: watch::Receiver<bool>,
@@ -144,13 +146,13 @@ async fn follow_placement(
     let mut placement = repl.placement.subscribe();
     loop {
         {
-            let (Some(b), Some(s)) = (broker.upgrade(), shard.upgrade()) else {
+            let (Some(b), Some(s)) = (node.upgrade(), shard.upgrade()) else {
                 return;
             };
             if s.is_closed() {
                 return;
             }
-            take_role(&s, &repl, b.broker_id(), b.lease().holds());
+            take_role(&s, &repl, b.broker_id(), b.lease.holds());
         }
         tokio::select! {
             _ = placement.changed() => {}

@@ -2,7 +2,21 @@
 //!
 //! * [`config`] — every setting, from flags, `FELIX_*` variables and a TOML file.
 //! * [`tls`] — the QUIC listener's certificate: generated for the embedded default, or loaded.
-//! * [`broker`] — streams, shards, the publish path and subscriptions (the spec's promises).
+//! * [`broker`] — the face the protocol listeners call, over the rooms below.
+//! * [`node`] — this broker in its cluster: registry, control plane, lease, peers.
+//! * [`shards`] / [`shard`] — the open shards, each with its log, fanout and read bound.
+//! * [`routing`] — which broker serves a shard; `not_leader`; routing tables.
+//! * [`admission`] — tenants' publish slots, when a publish is acknowledged, `overloaded`.
+//! * [`publish`] — the publish pipeline on the shard's leader.
+//! * [`forward`] — a publish sent on to the shard's leader.
+//! * [`fanout`] — live delivery, per-subscriber queues, drops and `subscription_lagged`.
+//! * [`subscription`] — catch-up from history, then live.
+//! * [`pull`] — pull reads of a durable shard (the Kafka fetch path).
+//! * [`streams`] — creating, altering, describing and deleting streams.
+//! * [`retention`] — when a shard's retention runs and how far it may cut.
+//! * [`replication`] — leaders, followers, the quorum mark, the lease, broker-to-broker calls.
+//! * [`internal`] — the routes other brokers call on the internal address.
+//! * [`errors`] — how failures inside the broker become protocol errors.
 //! * [`server`] — the QUIC client protocol: connections, requests, subscription streams.
 //! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
 //! * [`metrics`] — the `felix_*` Prometheus metrics.
@@ -23,20 +37,34 @@
 #![allow(clippy::result_large_err)]
 
 pub mod admin;
+pub mod admission;
 pub mod broker;
 pub mod config;
 pub mod corruption;
 pub mod disk;
 pub mod enqueue_ack;
 pub mod ephemeral;
+pub mod errors;
+pub mod fanout;
+pub mod forward;
 pub mod inert_settings;
+pub mod internal;
 pub mod kafka;
 pub mod lag_log;
 pub mod metrics;
+pub mod node;
 pub mod object_deletes;
 pub mod producers;
+pub mod publish;
 pub mod publish_gate;
+pub mod pull;
 pub mod replication;
+pub mod retention;
+pub mod routing;
 pub mod server;
+pub mod shard;
+pub mod shards;
 pub mod stream_files;
+pub mod streams;
+pub mod subscription;
 pub mod tls;

@@ -14,9 +14,9 @@ use anyhow::{Context, bail};
 use clap::{CommandFactory, FromArgMatches, Parser};
 use felix_gateway::broker::Broker;
 use felix_gateway::config::{self, BrokerConfig};
+use felix_gateway::internal::{self, BrokerSlot};
 use felix_gateway::kafka::{KafkaListener, KafkaSettings};
 use felix_gateway::metrics::Metrics;
-use felix_gateway::replication::{self, BrokerSlot};
 use felix_gateway::{admin, server, tls};
 use felix_meta::{Command, CommandError, MetaConfig, MetaError, MetaHandle, MetaNode};
 use tokio::sync::watch;
@@ -141,7 +141,7 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     meta_config.lease = Duration::from_millis(config.lease_ms);
     // Followers fetch from shard leaders on the same internal address as Raft.
     let slot: BrokerSlot = Arc::default();
-    meta_config.extra_routes = Some(replication::router(slot.clone()));
+    meta_config.extra_routes = Some(internal::router(slot.clone()));
     let meta = MetaNode::start(meta_config).await.with_context(|| {
         format!(
             "start the metadata node on {} (data in {})",

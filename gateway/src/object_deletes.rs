@@ -19,7 +19,7 @@ use felix_meta::model::Command;
 use parking_lot::Mutex;
 use tracing::{info, warn};
 
-use crate::broker::Broker;
+use crate::node::Node;
 
 /// How often a leader looks for unfinished removals when the registry does not change.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
@@ -34,17 +34,14 @@ fn names(stream_key: &str) -> Option<(&str, &str, &str)> {
 
 /// Runs for the broker's life: while this broker's metadata node leads, it removes the
 /// objects of every stream the control plane lists as deleting.
-pub(crate) async fn finish_object_deletes(broker: Weak<Broker>) {
-    let Some((meta, store)) = broker
-        .upgrade()
-        .map(|b| (b.meta().clone(), b.tier_store().clone()))
-    else {
+pub(crate) async fn finish_object_deletes(node: Weak<Node>, store: TierStore) {
+    let Some(meta) = node.upgrade().map(|n| n.meta.clone()) else {
         return;
     };
     let running: Arc<Mutex<BTreeSet<String>>> = Arc::default();
     let mut registry = meta.registry();
     loop {
-        if broker.strong_count() == 0 {
+        if node.strong_count() == 0 {
             return;
         }
         if meta.is_leader() {

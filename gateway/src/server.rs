@@ -20,9 +20,10 @@ use felix_wire::protocol::{
 use tokio::sync::watch;
 use tracing::debug;
 
-use crate::broker::{Broker, SubEvent};
+use crate::broker::Broker;
 use crate::metrics::{Metrics, TenantAction};
 use crate::publish_gate::{AnswersOwed, too_many_owed};
+use crate::subscription::SubEvent;
 
 /// Accepts connections until `shutdown` turns true.
 pub async fn serve_quic(

@@ -1,0 +1,182 @@
+//! Forwarding a publish: in a cluster, a publish that reaches a broker which does not lead
+//! the shard is sent on to the leader over the internal network and answered with the
+//! leader's answer.
+//!
+//! Invariant: a publish is forwarded at most once — the leader checks it again as if the
+//! client had sent it there (existence, limits, backpressure, leadership) and never forwards
+//! it further; a failure to connect is a refusal (nothing was sent), a failure after
+//! sending leaves the outcome unknown and says so.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use felix_meta::model::ShardKey;
+use felix_wire::protocol::{AckMode, ErrorBody, codes};
+use http_body_util::{BodyExt, Full};
+use serde::{Deserialize, Serialize};
+
+use crate::broker::Broker;
+use crate::replication::transport::PeerClient;
+
+/// A publish forwarded by a broker that does not lead the shard (the batches are the body).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ForwardedPublish {
+    pub tenant: String,
+    pub namespace: String,
+    pub stream: String,
+    pub shard: u32,
+    pub ack: AckMode,
+}
+
+/// The owner's answer to a forwarded publish.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ForwardedAnswer {
+    Published { base_offset: u64, last_offset: u64 },
+    Done,
+    Error { error: ErrorBody },
+}
+
+/// Header carrying a forwarded publish's JSON description.
+const PUBLISH_HEADER: &str = "x-felix-publish";
+
+/// Applies a publish another broker forwarded here (its description in the
+/// [`PUBLISH_HEADER`], its batches in the body).
+pub(crate) async fn serve_forwarded_publish(
+    broker: &Broker,
+    headers: &axum::http::HeaderMap,
+    body: Bytes,
+) -> ForwardedAnswer {
+    let refuse = |message: String| ForwardedAnswer::Error {
+        error: ErrorBody::new(codes::BAD_REQUEST, "bad_request", message),
+    };
+    let req: ForwardedPublish = match headers
+        .get(PUBLISH_HEADER)
+        .map(|v| serde_json::from_slice(v.as_bytes()))
+    {
+        Some(Ok(req)) => req,
+        Some(Err(e)) => return refuse(format!("bad {PUBLISH_HEADER} header: {e}")),
+        None => return refuse(format!("no {PUBLISH_HEADER} header")),
+    };
+    // Checked and applied here as if the client had sent it here: existence, limits,
+    // backpressure, leadership. Never forwarded again.
+    let key = ShardKey {
+        tenant: req.tenant,
+        namespace: req.namespace,
+        stream: req.stream,
+        shard: req.shard,
+    };
+    match broker.publish_here(&key, req.ack, body).await {
+        Ok(Some((base_offset, last_offset))) => ForwardedAnswer::Published {
+            base_offset,
+            last_offset,
+        },
+        Ok(None) => ForwardedAnswer::Done,
+        Err(error) => ForwardedAnswer::Error { error },
+    }
+}
+
+impl Broker {
+    /// Publishes the batches in `body` (one or more RecordBatch v2) to one shard. With
+    /// `AckMode::None` nothing is answered (`Ok(None)`); otherwise the first and last
+    /// offsets given.
+    ///
+    /// In a cluster, a publish for a shard another broker leads is forwarded to it over the
+    /// internal network and answered with its answer (it is checked again there).
+    pub async fn publish(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+        ack: AckMode,
+        body: Bytes,
+    ) -> Result<Option<(u64, u64)>, ErrorBody> {
+        let key = ShardKey {
+            tenant: tenant.to_owned(),
+            namespace: namespace.to_owned(),
+            stream: stream.to_owned(),
+            shard: shard_no,
+        };
+        let result = self.publish_here(&key, ack, body.clone()).await;
+        let leader = match &result {
+            Err(e) if self.node.cluster && e.code == codes::NOT_LEADER => e.leader,
+            _ => None,
+        };
+        let Some(addr) = leader.and_then(|l| self.node.internal_addr_of(l)) else {
+            return result;
+        };
+        let req = ForwardedPublish {
+            tenant: key.tenant,
+            namespace: key.namespace,
+            stream: key.stream,
+            shard: key.shard,
+            ack,
+        };
+        // Long enough for a Quorum acknowledgement at the owner.
+        let timeout = Duration::from_millis(self.node.config.publish_quorum_timeout_ms)
+            + Duration::from_secs(5);
+        self.node.metrics.publishes_forwarded.inc();
+        forward_publish(&self.node.peers, &addr, &req, body, timeout).await
+    }
+}
+
+/// Forwards a publish to the shard's leader at `addr`. A failure to connect is a refusal
+/// (nothing was sent); a failure after sending leaves the outcome unknown.
+async fn forward_publish(
+    peers: &PeerClient,
+    addr: &str,
+    req: &ForwardedPublish,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<Option<(u64, u64)>, ErrorBody> {
+    let unknown = |m: String| {
+        ErrorBody::new(
+            codes::INTERNAL,
+            "forward_failed",
+            format!(
+                "forwarding the publish to the shard's leader at {addr}: {m}; its outcome is unknown"
+            ),
+        )
+    };
+    if felix_meta::faults::isolated() {
+        return Err(ErrorBody::new(
+            codes::SHARD_UNAVAILABLE,
+            "leader_unreachable",
+            "this broker is cut off the network (fault injection)",
+        )
+        .retry_after(500));
+    }
+    let header = serde_json::to_string(req).map_err(|e| unknown(e.to_string()))?;
+    let request = hyper::Request::post(format!("http://{addr}/repl/publish"))
+        .header(PUBLISH_HEADER, header)
+        .body(Full::new(body))
+        .map_err(|e| unknown(e.to_string()))?;
+    let response = match tokio::time::timeout(timeout, peers.http.request(request)).await {
+        Err(_) => return Err(unknown(format!("no answer within {timeout:?}"))),
+        Ok(Err(e)) if e.is_connect() => {
+            return Err(ErrorBody::new(
+                codes::SHARD_UNAVAILABLE,
+                "leader_unreachable",
+                format!("cannot reach the shard's leader at {addr}: {e}"),
+            )
+            .retry_after(500));
+        }
+        Ok(Err(e)) => return Err(unknown(e.to_string())),
+        Ok(Ok(r)) => r,
+    };
+    let bytes = tokio::time::timeout(timeout, response.into_body().collect())
+        .await
+        .map_err(|_| unknown("the answer timed out".into()))?
+        .map_err(|e| unknown(e.to_string()))?
+        .to_bytes();
+    match serde_json::from_slice::<ForwardedAnswer>(&bytes) {
+        Ok(ForwardedAnswer::Published {
+            base_offset,
+            last_offset,
+        }) => Ok(Some((base_offset, last_offset))),
+        Ok(ForwardedAnswer::Done) => Ok(None),
+        Ok(ForwardedAnswer::Error { error }) => Err(error),
+        Err(e) => Err(unknown(format!("unreadable answer: {e}"))),
+    }
+}

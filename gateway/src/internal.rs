@@ -1,0 +1,63 @@
+//! The routes a broker serves to other brokers on its internal address, next to the control
+//! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader) and
+//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard).
+//!
+//! Invariant: until the broker has started, both routes refuse with a retryable error;
+//! nothing here decides anything the client protocol does not decide the same way.
+
+use std::sync::{Arc, OnceLock, Weak};
+
+use axum::Json;
+use axum::extract::State;
+use axum::routing::post;
+use bytes::Bytes;
+use felix_wire::protocol::{ErrorBody, codes};
+
+use crate::broker::Broker;
+use crate::forward::{ForwardedAnswer, serve_forwarded_publish};
+use crate::replication::leader::serve_fetch;
+use crate::replication::transport::{FetchError, FetchRequest};
+
+/// The broker behind the internal routes, set once it has started.
+pub type BrokerSlot = Arc<OnceLock<Weak<Broker>>>;
+
+/// Routes served on the internal address next to the control plane's.
+pub fn router(slot: BrokerSlot) -> axum::Router {
+    axum::Router::new()
+        .route("/repl/fetch", post(fetch))
+        .route("/repl/publish", post(forwarded_publish))
+        .with_state(slot)
+}
+
+async fn forwarded_publish(
+    State(slot): State<BrokerSlot>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Json<ForwardedAnswer> {
+    let Some(broker) = slot.get().and_then(Weak::upgrade) else {
+        return Json(ForwardedAnswer::Error {
+            error: ErrorBody::new(
+                codes::SHARD_UNAVAILABLE,
+                "starting",
+                "the broker is starting",
+            )
+            .retry_after(500),
+        });
+    };
+    Json(serve_forwarded_publish(&broker, &headers, body).await)
+}
+
+async fn fetch(
+    State(slot): State<BrokerSlot>,
+    Json(req): Json<FetchRequest>,
+) -> Result<Bytes, FetchError> {
+    let broker = slot
+        .get()
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| FetchError::Failed("the broker is starting".into()))?;
+    let shard = broker
+        .open_replica(&req.shard)
+        .map_err(|e| FetchError::Failed(e.message))?;
+    drop(broker);
+    serve_fetch(shard, req).await
+}
