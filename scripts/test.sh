@@ -2,7 +2,7 @@
 # Felix's whole test suite, runnable on a fresh machine: installs what the tests need, then
 # checks formatting and lints and runs every test. README.md and .ci/run call this script.
 #
-#   scripts/test.sh            install what is missing, then fmt + clippy + tests
+#   scripts/test.sh            install what is missing, then fmt + clippy + module cycles + tests
 #   FELIX_SKIP_INSTALL=1 ...   skip the install step (everything already present)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,6 +63,10 @@ cargo fmt --all -- --check
 
 step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+# wire/src is left out until its batch <-> record loop is gone (issue 20).
+step "module import cycles"
+scripts/module-cycles.sh hot/src cold/src meta/src gateway/src client/src bench/src
 
 step "cargo test"
 cargo test --workspace --locked

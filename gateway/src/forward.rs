@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::broker::Broker;
 use crate::replication::transport::PeerClient;
+use crate::shard::shard_key;
 
 /// A publish forwarded by a broker that does not lead the shard (the batches are the body).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -92,12 +93,7 @@ impl Broker {
         ack: AckMode,
         body: Bytes,
     ) -> Result<Option<(u64, u64)>, ErrorBody> {
-        let key = ShardKey {
-            tenant: tenant.to_owned(),
-            namespace: namespace.to_owned(),
-            stream: stream.to_owned(),
-            shard: shard_no,
-        };
+        let key = shard_key(tenant, namespace, stream, shard_no);
         let result = self.publish_here(&key, ack, body.clone()).await;
         let leader = match &result {
             Err(e) if self.node.cluster && e.code == codes::NOT_LEADER => e.leader,

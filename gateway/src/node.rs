@@ -113,15 +113,8 @@ impl Node {
 
     /// Whether the shard's stream is a Quorum stream now.
     pub(crate) fn is_quorum(&self, key: &ShardKey) -> bool {
-        self.registry
-            .borrow()
-            .streams
-            .get(&felix_meta::model::stream_key(
-                &key.tenant,
-                &key.namespace,
-                &key.stream,
-            ))
-            .is_some_and(|s| s.settings.consistency == Consistency::Quorum)
+        settings_of(&self.registry.borrow(), key)
+            .is_some_and(|s| s.consistency == Consistency::Quorum)
     }
 
     /// Whether the applied placement still names this broker leader at `generation`.
@@ -173,4 +166,15 @@ pub(crate) fn require_namespace(
         ));
     }
     Ok(())
+}
+
+/// The settings of a shard's stream as the registry holds them, if the stream exists.
+pub(crate) fn settings_of<'a>(reg: &'a Registry, key: &ShardKey) -> Option<&'a StreamSettings> {
+    reg.streams
+        .get(&felix_meta::model::stream_key(
+            &key.tenant,
+            &key.namespace,
+            &key.stream,
+        ))
+        .map(|s| &s.settings)
 }

@@ -235,22 +235,21 @@ impl Broker {
         };
         if quorum {
             let wait = Duration::from_millis(self.node.config.publish_quorum_timeout_ms);
-            return match repl.mark.wait_past(last, wait).await {
-                true => Ok(()),
-                false => {
-                    self.node.metrics.quorum_timeouts.inc();
-                    Err(err(
-                        codes::QUORUM_TIMEOUT,
-                        "quorum_timeout",
-                        format!(
-                            "shard {}: no majority of replicas confirmed offset {last} within \
+            return if repl.mark.wait_past(last, wait).await {
+                Ok(())
+            } else {
+                self.node.metrics.quorum_timeouts.inc();
+                Err(err(
+                    codes::QUORUM_TIMEOUT,
+                    "quorum_timeout",
+                    format!(
+                        "shard {}: no majority of replicas confirmed offset {last} within \
                              {wait:?}; the record may or may not be stored (retry through an \
                              idempotent producer)",
-                            shard.key
-                        ),
-                    )
-                    .retry_after(500))
-                }
+                        shard.key
+                    ),
+                )
+                .retry_after(500))
             };
         }
         if self.node.lease.holds() {

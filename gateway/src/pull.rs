@@ -10,13 +10,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use felix_cold::ColdError;
 use felix_cold::tiered::{Tier, TieredShard};
-use felix_meta::model::ShardKey;
 use felix_wire::protocol::{ErrorBody, codes};
 use tokio::sync::watch;
 
 use crate::broker::{Broker, ShardBounds, ShardRead};
 use crate::errors::{cold_error, err};
-use crate::shard::Shard;
+use crate::shard::{Shard, shard_key};
 
 impl Broker {
     /// A durable shard's tiers; an ephemeral shard has no history to read.
@@ -27,12 +26,7 @@ impl Broker {
         stream: &str,
         shard_no: u32,
     ) -> Result<(Arc<Shard>, Arc<TieredShard>), ErrorBody> {
-        let key = ShardKey {
-            tenant: tenant.to_owned(),
-            namespace: namespace.to_owned(),
-            stream: stream.to_owned(),
-            shard: shard_no,
-        };
+        let key = shard_key(tenant, namespace, stream, shard_no);
         let (shard, _) = self.shard(&key)?;
         let tier = shard.tier.clone().ok_or_else(|| {
             err(

@@ -13,7 +13,7 @@ use felix_wire::protocol::{BrokerRoute, ErrorBody, ShardRoute, codes};
 use crate::errors::err;
 use crate::node::Node;
 use crate::replication::role::Role;
-use crate::shard::Shard;
+use crate::shard::{Shard, shard_key};
 
 /// One shard's placement as the Kafka listener describes a partition.
 #[derive(Debug, Clone, Default)]
@@ -114,12 +114,7 @@ pub fn topology(
         .unwrap_or_else(|| node.config.quic_addr.to_string());
     let shards = (0..settings.shards)
         .map(|k| {
-            let key = ShardKey {
-                tenant: tenant.to_owned(),
-                namespace: namespace.to_owned(),
-                stream: name.to_owned(),
-                shard: k,
-            };
+            let key = shard_key(tenant, namespace, name, k);
             match reg.placements.get(&key) {
                 Some(p) if node.cluster => ShardRoute {
                     shard: k,
@@ -183,12 +178,7 @@ pub fn partition_routes(
     let reg = node.registry.borrow();
     let routes = (0..shards)
         .map(|k| {
-            let key = ShardKey {
-                tenant: tenant.to_owned(),
-                namespace: namespace.to_owned(),
-                stream: name.to_owned(),
-                shard: k,
-            };
+            let key = shard_key(tenant, namespace, name, k);
             let Some(p) = reg.placements.get(&key) else {
                 return PartitionRoute::default();
             };

@@ -44,6 +44,16 @@ pub struct Shard {
     pub(crate) incarnation: u64,
 }
 
+/// A shard's key from the names a request carries.
+pub(crate) fn shard_key(tenant: &str, namespace: &str, stream: &str, shard: u32) -> ShardKey {
+    ShardKey {
+        tenant: tenant.to_owned(),
+        namespace: namespace.to_owned(),
+        stream: stream.to_owned(),
+        shard,
+    }
+}
+
 impl Shard {
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)

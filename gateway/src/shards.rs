@@ -29,12 +29,12 @@ use tracing::{info, warn};
 
 use crate::errors::{err, log_error};
 use crate::fanout::{Fanout, follow_log};
-use crate::node::Node;
+use crate::node::{Node, settings_of};
 use crate::producers::ProducerTable;
 use crate::replication::driver::drive_shard;
 use crate::replication::role::ReplState;
 use crate::retention::run_retention;
-use crate::shard::{Shard, snapshot_producers_at_seal};
+use crate::shard::{Shard, shard_key, snapshot_producers_at_seal};
 
 /// The open shards and what opening one needs.
 pub(crate) struct Shards {
@@ -101,12 +101,7 @@ impl Shards {
         let (_, settings) = self.node.stream_settings(tenant, namespace, name)?;
         if settings.durability == Durability::Durable {
             for k in 0..settings.shards {
-                let key = ShardKey {
-                    tenant: tenant.to_owned(),
-                    namespace: namespace.to_owned(),
-                    stream: name.to_owned(),
-                    shard: k,
-                };
+                let key = shard_key(tenant, namespace, name, k);
                 if self.node.holds_replica(&key) {
                     self.open(&key)?;
                 }
@@ -280,17 +275,8 @@ impl Shards {
     ) {
         let key = tier.key.clone();
         let registry = self.node.registry.clone();
-        let settings = move || -> Option<StreamSettings> {
-            registry
-                .borrow()
-                .streams
-                .get(&felix_meta::model::stream_key(
-                    &key.tenant,
-                    &key.namespace,
-                    &key.stream,
-                ))
-                .map(|s| s.settings.clone())
-        };
+        let settings =
+            move || -> Option<StreamSettings> { settings_of(&registry.borrow(), &key).cloned() };
         let settings: Arc<dyn Fn() -> Option<StreamSettings> + Send + Sync> = Arc::new(settings);
         let enabled = settings.clone();
         let uploader = Uploader::new(

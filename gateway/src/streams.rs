@@ -14,15 +14,14 @@ use std::time::Duration;
 
 use felix_cold::cache::ObjectRef;
 use felix_cold::tiered::{TieredShard, upload_backlog};
-use felix_meta::model::{
-    Command, Consistency, Durability, ShardKey, StreamSettings, StreamSettingsPatch,
-};
+use felix_meta::model::{Command, Consistency, Durability, StreamSettings, StreamSettingsPatch};
 use felix_wire::protocol::{ErrorBody, SegmentInfo, ShardInfo, StreamConfig, StreamInfo, codes};
 use tracing::warn;
 
 use crate::broker::{Broker, StreamShape};
 use crate::errors::err;
 use crate::node::require_namespace;
+use crate::shard::shard_key;
 
 fn settings_to_config(s: &StreamSettings) -> StreamConfig {
     StreamConfig {
@@ -199,12 +198,7 @@ impl Broker {
     ) -> StreamInfo {
         let shards = (0..settings.shards)
             .filter_map(|k| {
-                let key = ShardKey {
-                    tenant: tenant.to_owned(),
-                    namespace: namespace.to_owned(),
-                    stream: name.to_owned(),
-                    shard: k,
-                };
+                let key = shard_key(tenant, namespace, name, k);
                 let shard = self.shards.get(&key)?;
                 Some(match &shard.tier {
                     Some(tier) => shard_info(k, tier),
@@ -246,12 +240,7 @@ impl Broker {
         let (_, settings) = self.node.stream_settings(tenant, namespace, name)?;
         let mut out = Vec::new();
         for k in 0..settings.shards {
-            let key = ShardKey {
-                tenant: tenant.to_owned(),
-                namespace: namespace.to_owned(),
-                stream: name.to_owned(),
-                shard: k,
-            };
+            let key = shard_key(tenant, namespace, name, k);
             if !self.node.holds_replica(&key) {
                 continue;
             }

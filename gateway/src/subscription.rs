@@ -16,7 +16,6 @@ use std::sync::atomic::Ordering;
 
 use felix_cold::ColdError;
 use felix_cold::tiered::Tier;
-use felix_meta::model::ShardKey;
 use felix_wire::protocol::{ErrorBody, StartAt, codes};
 use tracing::warn;
 
@@ -24,7 +23,7 @@ use crate::broker::Broker;
 use crate::errors::{cold_error, err};
 use crate::fanout::{Delivery, LiveBatch, SubReceiver, sub_queue};
 use crate::replication::role::Role;
-use crate::shard::Shard;
+use crate::shard::{Shard, shard_key};
 
 /// A subscription as the server drives it.
 pub struct Subscription {
@@ -231,12 +230,7 @@ impl Broker {
         shard_no: u32,
         from: StartAt,
     ) -> Result<Subscription, ErrorBody> {
-        let key = ShardKey {
-            tenant: tenant.to_owned(),
-            namespace: namespace.to_owned(),
-            stream: stream.to_owned(),
-            shard: shard_no,
-        };
+        let key = shard_key(tenant, namespace, stream, shard_no);
         let (shard, _) = match self.shard(&key) {
             Err(e) if self.node.catch_up_if_unknown(&e).await => self.shard(&key)?,
             other => other?,
