@@ -695,7 +695,7 @@ seen = ", ".join(f"{r['upload_lag']['count']} of {r['store']['uploaded_objects']
 print(f"""* **`felix_tier_upload_lag_seconds` observed {seen} uploaded objects per phase.** A segment sealed while
   another uploads is noted when that upload ends, so the histogram runs short by up to one upload's duration when
   the uploader is behind; the upload watch above measures every segment from outside.
-* **`hot_retention_bytes: 0` meant "no limit" until `hot_limit()` (now in `gateway/src/broker.rs`: `0` keeps
+* **`hot_retention_bytes: 0` meant "no limit" until `hot_limit()` (now in `gateway/src/streams.rs`: `0` keeps
   nothing, `u64::MAX` is unlimited)**, while `gateway/tests/broker/tiering.rs` already used `0` to keep nothing; and a
   limit of 1 byte keeps the last sealed segment when the active one is empty (Kafka's rule). The benchmark uses
   `hot_retention_ms: 1`, which empties the local copy under either meaning.
