@@ -15,8 +15,8 @@ use bytes::Bytes;
 use felix_hot::ShardLog;
 use felix_meta::Applied;
 use felix_meta::model::{Command, Consistency, ShardKey};
+use felix_wire::CheckedBatch;
 use felix_wire::protocol::{AckMode, ErrorBody, codes};
-use felix_wire::{BatchHeader, BatchIter};
 
 use crate::admission::acks_after_write;
 use crate::broker::Broker;
@@ -72,13 +72,14 @@ impl Broker {
         let (shard, settings) = self.shard(key)?;
         let quorum = settings.consistency == Consistency::Quorum;
         // Validate every batch before anything is written: a bad request changes nothing.
+        // This is the one CRC check on the publish path: the log takes the checked batches.
         let mut batches = Vec::new();
         let mut records = 0u64;
-        for item in BatchIter::new(&body, self.node.config.max_batch_bytes) {
+        for item in CheckedBatch::split(&body, self.node.config.max_batch_bytes) {
             match item {
-                Ok((h, bytes)) => {
-                    records += h.records_count.max(0) as u64;
-                    batches.push((h, body.slice_ref(bytes)));
+                Ok(batch) => {
+                    records += batch.header().records_count.max(0) as u64;
+                    batches.push(batch);
                 }
                 Err((pos, felix_wire::WireError::InvalidLength { length, .. }))
                     if length as usize + 12 > self.node.config.max_batch_bytes =>
@@ -124,7 +125,10 @@ impl Broker {
                 self.publish_durable(&shard, log, batches, ack, quorum)
                     .await
             }
-            None => crate::ephemeral::publish(&shard, batches, &self.node.metrics).await,
+            None => {
+                let batches = batches.into_iter().map(CheckedBatch::into_parts).collect();
+                crate::ephemeral::publish(&shard, batches, &self.node.metrics).await
+            }
         };
         drop(permit);
         if result.is_ok() {
@@ -150,23 +154,21 @@ impl Broker {
         &self,
         shard: &Shard,
         log: &ShardLog,
-        batches: Vec<(BatchHeader, Bytes)>,
+        batches: Vec<CheckedBatch>,
         ack: AckMode,
         quorum: bool,
     ) -> Result<(u64, u64), ErrorBody> {
-        let bytes: usize = batches.iter().map(|(_, b)| b.len()).sum();
+        let bytes: usize = batches.iter().map(CheckedBatch::len).sum();
         self.disk.check(bytes as u64)?;
         let mut tickets = Vec::with_capacity(batches.len());
         let mut duplicate_range: Option<(u64, u64)> = None;
         {
             let mut producers = shard.producers.lock().await;
-            for (h, bytes) in batches {
+            for batch in batches {
+                let h = *batch.header();
                 match producers.check(&h) {
                     SeqCheck::Append => {
-                        let ticket = log
-                            .append(bytes.to_vec())
-                            .await
-                            .map_err(|e| log_error(&e))?;
+                        let ticket = log.append_checked(batch).await.map_err(|e| log_error(&e))?;
                         producers.record(&h, ticket.base_offset, ticket.last_offset);
                         tickets.push(ticket);
                     }

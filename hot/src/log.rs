@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-use felix_wire::{BatchHeader, Compression, WireError};
+use felix_wire::{BatchHeader, CheckedBatch, Compression, WireError};
 use parking_lot::{Condvar, Mutex, RwLock};
 use tokio::sync::{Notify, broadcast, oneshot, watch};
 
@@ -145,6 +145,15 @@ impl ShardLog {
         self.enqueue(batch, Placement::Leader).await
     }
 
+    /// [`ShardLog::append`] for a batch its caller already validated ([`CheckedBatch`]): the
+    /// header is taken as checked, so the batch's CRC is computed once on the publish path,
+    /// at ingress, not again here. The size limits still apply.
+    pub async fn append_checked(&self, batch: CheckedBatch) -> Result<Appended, LogError> {
+        let (header, bytes) = batch.into_parts();
+        self.enqueue_valid(bytes.to_vec(), header, Placement::Leader)
+            .await
+    }
+
     /// Single-writer fencing (`publish_if`): like [`ShardLog::append`], but the batch is
     /// accepted only if the shard's next offset is `expected_offset`, checked atomically
     /// with the assignment. Otherwise nothing is written and `OffsetMismatch` says the
@@ -166,11 +175,7 @@ impl ShardLog {
     }
 
     async fn enqueue(&self, batch: Vec<u8>, placement: Placement) -> Result<Appended, LogError> {
-        let shared = self.shared();
-        let (max_batch, max_pending) = {
-            let c = shared.config.read();
-            (c.max_batch_bytes, c.max_pending_bytes)
-        };
+        let max_batch = self.shared().config.read().max_batch_bytes;
         if batch.len() > max_batch {
             return Err(LogError::BatchTooLarge {
                 size: batch.len(),
@@ -184,6 +189,29 @@ impl ShardLog {
                 extra: batch.len() - len,
             });
         }
+        self.enqueue_valid(batch, header, placement).await
+    }
+
+    /// Queues a batch whose header was validated (here, or as a [`CheckedBatch`]): the
+    /// limits on what it decompresses to and on queued bytes, then offsets.
+    async fn enqueue_valid(
+        &self,
+        batch: Vec<u8>,
+        header: BatchHeader,
+        placement: Placement,
+    ) -> Result<Appended, LogError> {
+        let shared = self.shared();
+        let (max_batch, max_pending) = {
+            let c = shared.config.read();
+            (c.max_batch_bytes, c.max_pending_bytes)
+        };
+        if batch.len() > max_batch {
+            return Err(LogError::BatchTooLarge {
+                size: batch.len(),
+                max: max_batch,
+            });
+        }
+        let len = batch.len();
         // What a batch becomes, not what it costs on the wire: a few KiB of zstd can hold
         // hundreds of MiB of records, which could be acknowledged but never decoded by a
         // reader or written to the object store. Followers take the leader's batches as

@@ -1411,3 +1411,41 @@ async fn appends_racing_a_truncation_are_either_cut_or_land_densely_after_it() {
         stored.last().unwrap().0.last_offset() as u64 + 1
     );
 }
+
+/// A batch checked at ingress ([`felix_wire::CheckedBatch`]) is appended without its CRC
+/// being computed again, reads back exactly as a plain append's would, and still meets the
+/// log's own size limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checked_batch_appends_like_a_plain_one_and_the_size_limit_still_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = ShardLog::open(dir.path(), small_segments(1 << 20)).unwrap();
+    let plain = append_committed(&log, batch(1, 3, 20)).await;
+    let checked =
+        felix_wire::CheckedBatch::check(batch(2, 4, 20).into(), usize::MAX).expect("a valid batch");
+    let ticket = log.append_checked(checked).await.expect("accepted");
+    assert_eq!(
+        (ticket.base_offset, ticket.last_offset),
+        (plain.last + 1, plain.last + 4)
+    );
+    ticket.committed().await.expect("committed");
+    let read = read_all(&log, 0, 1 << 20);
+    assert_eq!(read.len(), 2);
+    let records = DecodedBatch::decode(&read[1].1, usize::MAX).expect("decodes");
+    let original = DecodedBatch::decode(&batch(2, 4, 20), usize::MAX).expect("decodes");
+    assert_eq!(
+        records.records.iter().map(|r| &r.value).collect::<Vec<_>>(),
+        original
+            .records
+            .iter()
+            .map(|r| &r.value)
+            .collect::<Vec<_>>()
+    );
+
+    log.alter(|c| c.max_batch_bytes = 64);
+    let large =
+        felix_wire::CheckedBatch::check(batch(3, 4, 20).into(), usize::MAX).expect("a valid batch");
+    assert!(matches!(
+        log.append_checked(large).await,
+        Err(LogError::BatchTooLarge { .. })
+    ));
+}
