@@ -173,6 +173,10 @@ async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
             "jsonl",
             "--batch-size",
             "4",
+            "--header",
+            "trace=t-1",
+            "--header",
+            "env=a=b",
         ],
         input.as_bytes(),
     )
@@ -238,6 +242,14 @@ async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
             (at, e["payload"].as_str().unwrap().to_owned())
         })
         .collect();
+    // Every record carries the --header pairs, in order, as subscribe prints them.
+    for e in &events {
+        assert_eq!(
+            e["headers"],
+            serde_json::json!([{"key": "trace", "value": "t-1"}, {"key": "env", "value": "a=b"}]),
+            "{e}"
+        );
+    }
     for ack in &acks {
         let at = (
             ack["shard"].as_u64().unwrap(),

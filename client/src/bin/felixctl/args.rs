@@ -236,6 +236,10 @@ pub(crate) struct PublishArgs {
     /// each publish goes to the next shard in turn.
     #[arg(long, value_name = "K")]
     pub(crate) key: Option<String>,
+    /// A record header for every record published, as KEY=VALUE (repeat for several; the
+    /// value may be empty, and may hold `=`).
+    #[arg(long = "header", value_name = "KEY=VALUE", value_parser = header_pair)]
+    pub(crate) headers: Vec<(String, String)>,
     /// batch: publish up to --batch-size records per request and wait for each ack;
     /// message: one request per record, waiting for each ack; none: do not wait for the
     /// write (the broker may shed records under load).
@@ -348,6 +352,14 @@ pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// `KEY=VALUE` of `--header`: the key must not be empty.
+fn header_pair(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{s:?} is not KEY=VALUE")),
+    }
 }
 
 /// A hot-retention size: `none` (no limit: `u64::MAX` on the wire) or a size.

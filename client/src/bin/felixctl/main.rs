@@ -305,15 +305,18 @@ mod tests {
             timestamp: 1_700_000_000_000,
             key: Some(Bytes::from_static(b"k1")),
             payload: Bytes::from_static(b"caf\xc3\xa9 \xff"),
-            headers: Vec::new(),
+            headers: vec![
+                ("trace".to_owned(), Bytes::from_static(b"t-1")),
+                ("trace".to_owned(), Bytes::from_static(b"")),
+            ],
         };
         assert_eq!(
             event_json(2, &event, PayloadEncoding::Utf8),
-            "{\"shard\":2,\"offset\":9,\"timestamp\":1700000000000,\"key\":\"k1\",\"payload\":\"caf\u{e9} \u{fffd}\"}"
+            "{\"shard\":2,\"offset\":9,\"timestamp\":1700000000000,\"key\":\"k1\",\"payload\":\"caf\u{e9} \u{fffd}\",\"headers\":[{\"key\":\"trace\",\"value\":\"t-1\"},{\"key\":\"trace\",\"value\":\"\"}]}"
         );
         assert_eq!(
             event_json(2, &event, PayloadEncoding::Base64),
-            r#"{"shard":2,"offset":9,"timestamp":1700000000000,"key":"azE=","payload":"Y2Fmw6kg/w=="}"#
+            r#"{"shard":2,"offset":9,"timestamp":1700000000000,"key":"azE=","payload":"Y2Fmw6kg/w==","headers":[{"key":"trace","value":"dC0x"},{"key":"trace","value":""}]}"#
         );
         let keyless = Event { key: None, ..event };
         let v: serde_json::Value =

@@ -93,7 +93,7 @@ pub(crate) fn published_json(shard: u32, offset: u64, line: u64) -> String {
     .unwrap_or_default()
 }
 
-/// `{"shard":..,"offset":..,"timestamp":..,"key":..,"payload":..}`.
+/// `{"shard":..,"offset":..,"timestamp":..,"key":..,"payload":..,"headers":[..]}`.
 #[derive(Serialize)]
 pub(crate) struct EventLine<'a> {
     pub(crate) shard: u32,
@@ -101,6 +101,15 @@ pub(crate) struct EventLine<'a> {
     pub(crate) timestamp: i64,
     pub(crate) key: Option<std::borrow::Cow<'a, str>>,
     pub(crate) payload: std::borrow::Cow<'a, str>,
+    /// In record order, duplicates kept: `{"key":..,"value":..}`, the value encoded as the
+    /// payload is.
+    pub(crate) headers: Vec<HeaderLine<'a>>,
+}
+
+#[derive(Serialize)]
+pub(crate) struct HeaderLine<'a> {
+    pub(crate) key: &'a str,
+    pub(crate) value: std::borrow::Cow<'a, str>,
 }
 
 pub(crate) fn encode_bytes(b: &[u8], encoding: PayloadEncoding) -> std::borrow::Cow<'_, str> {
@@ -117,6 +126,14 @@ pub(crate) fn event_json(shard: u32, event: &Event, encoding: PayloadEncoding) -
         timestamp: event.timestamp,
         key: event.key.as_deref().map(|k| encode_bytes(k, encoding)),
         payload: encode_bytes(&event.payload, encoding),
+        headers: event
+            .headers
+            .iter()
+            .map(|(key, value)| HeaderLine {
+                key,
+                value: encode_bytes(value, encoding),
+            })
+            .collect(),
     })
     .unwrap_or_default()
 }

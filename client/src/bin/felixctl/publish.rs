@@ -148,6 +148,11 @@ pub(crate) async fn publish(client: &Connection, args: PublishArgs) -> anyhow::R
         Acks::Batch => (AckMode::Batch, args.batch_size as usize),
     };
     let key = args.key.clone().map(Bytes::from);
+    let headers: Vec<(String, Bytes)> = args
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), Bytes::from(v.clone())))
+        .collect();
     let mut source = spawn_source(&args, batch_size.max(1024));
     let published = Arc::new(AtomicU64::new(0));
     let progress = spawn_progress(published.clone());
@@ -201,7 +206,7 @@ pub(crate) async fn publish(client: &Connection, args: PublishArgs) -> anyhow::R
                 .map(|l| Message {
                     key: key.clone(),
                     payload: l.payload.clone(),
-                    headers: Vec::new(),
+                    headers: headers.clone(),
                     timestamp: None,
                 })
                 .collect();
