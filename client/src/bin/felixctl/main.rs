@@ -333,6 +333,16 @@ mod tests {
     }
 
     #[test]
+    fn segment_times_print_as_utc_with_milliseconds() {
+        assert_eq!(
+            output::utc_millis(1_714_564_800_123),
+            "2024-05-01T12:00:00.123Z"
+        );
+        assert_eq!(output::utc_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(output::utc_millis(-1), "-1");
+    }
+
+    #[test]
     fn input_lines_lose_their_terminator_only() {
         assert_eq!(strip_newline(b"abc\n".to_vec()), b"abc");
         assert_eq!(strip_newline(b"abc\r\n".to_vec()), b"abc");

@@ -54,16 +54,18 @@ pub(crate) fn print_segments(
         Output::Text => {
             writeln!(
                 out,
-                "{:>5} {:>20} {:>20} {:>9} {:>12} {:<5}  OBJECT",
-                "SHARD", "BASE", "LAST", "TIER", "BYTES", "LOCAL"
+                "{:>5} {:>20} {:>20} {:<24} {:<24} {:>9} {:>12} {:<5}  OBJECT",
+                "SHARD", "BASE", "LAST", "FIRST TIME", "LAST TIME", "TIER", "BYTES", "LOCAL"
             )?;
             for s in segments {
                 writeln!(
                     out,
-                    "{:>5} {:>20} {:>20} {:>9} {:>12} {:<5}  {}",
+                    "{:>5} {:>20} {:>20} {:<24} {:<24} {:>9} {:>12} {:<5}  {}",
                     s.shard,
                     s.base_offset,
                     s.last_offset,
+                    utc_millis(s.min_timestamp),
+                    utc_millis(s.max_timestamp),
                     s.tier,
                     s.size_bytes,
                     if s.local { "yes" } else { "no" },
@@ -73,6 +75,17 @@ pub(crate) fn print_segments(
         }
     }
     Ok(())
+}
+
+/// A record timestamp (milliseconds since the epoch) as RFC 3339 UTC with milliseconds, or
+/// the number itself when it is not a time (before 1970, or past year 9999).
+pub(crate) fn utc_millis(ms: i64) -> String {
+    u64::try_from(ms)
+        .ok()
+        .map(|ms| std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+        .filter(|t| *t < std::time::UNIX_EPOCH + std::time::Duration::from_secs(253_402_300_800))
+        .map(|t| humantime::format_rfc3339_millis(t).to_string())
+        .unwrap_or_else(|| ms.to_string())
 }
 
 /// `{"shard":..,"offset":..,"line":N}`: offsets are per shard, so a script pairing
