@@ -333,6 +333,23 @@ mod tests {
     }
 
     #[test]
+    fn progress_shows_done_of_total_the_rate_and_the_time_left() {
+        use crate::publish::progress_line;
+        assert_eq!(
+            progress_line(250, 50, Some(1000)),
+            "felixctl: 250/1000 records published (25%), 50 records/s, ETA 15s"
+        );
+        assert_eq!(
+            progress_line(10, 0, Some(1000)),
+            "felixctl: 10/1000 records published (1%), 0 records/s, ETA unknown"
+        );
+        assert_eq!(
+            progress_line(7, 7, None),
+            "felixctl: 7 records published, 7 records/s"
+        );
+    }
+
+    #[test]
     fn segment_times_print_as_utc_with_milliseconds() {
         assert_eq!(
             output::utc_millis(1_714_564_800_123),

@@ -119,7 +119,10 @@ pub(crate) const RECORD_OVERHEAD: usize = 32;
 pub(crate) const OVERLOAD_RETRIES: u32 = 5;
 
 /// Progress on stderr once a second (only when stderr is a terminal).
-pub(crate) fn spawn_progress(published: Arc<AtomicU64>) -> Option<tokio::task::JoinHandle<()>> {
+pub(crate) fn spawn_progress(
+    published: Arc<AtomicU64>,
+    total: Option<u64>,
+) -> Option<tokio::task::JoinHandle<()>> {
     if !std::io::stderr().is_terminal() {
         return None;
     }
@@ -130,13 +133,33 @@ pub(crate) fn spawn_progress(published: Arc<AtomicU64>) -> Option<tokio::task::J
         loop {
             tick.tick().await;
             let now = published.load(Ordering::Relaxed);
-            eprintln!(
-                "felixctl: {now} records published ({} records/s)",
-                now - last
-            );
+            // One line, rewritten in place (carriage return, then clear to its end).
+            eprint!("\r\x1b[2K{}", progress_line(now, now - last, total));
             last = now;
         }
     }))
+}
+
+/// What the progress line says: done (of the total, with --count), the rate over the last
+/// second and, with a total, the time left at that rate.
+pub(crate) fn progress_line(done: u64, per_sec: u64, total: Option<u64>) -> String {
+    match total {
+        Some(total) => {
+            let eta = match (total.saturating_sub(done), per_sec) {
+                (0, _) => "done".to_owned(),
+                (_, 0) => "ETA unknown".to_owned(),
+                (left, rate) => format!(
+                    "ETA {}",
+                    humantime::format_duration(Duration::from_secs(left.div_ceil(rate)))
+                ),
+            };
+            format!(
+                "felixctl: {done}/{total} records published ({:.0}%), {per_sec} records/s, {eta}",
+                done as f64 * 100.0 / total.max(1) as f64
+            )
+        }
+        None => format!("felixctl: {done} records published, {per_sec} records/s"),
+    }
 }
 
 pub(crate) async fn publish(client: &Connection, args: PublishArgs) -> anyhow::Result<u8> {
@@ -155,7 +178,7 @@ pub(crate) async fn publish(client: &Connection, args: PublishArgs) -> anyhow::R
         .collect();
     let mut source = spawn_source(&args, batch_size.max(1024));
     let published = Arc::new(AtomicU64::new(0));
-    let progress = spawn_progress(published.clone());
+    let progress = spawn_progress(published.clone(), args.count);
     let started = Instant::now();
     let mut failed = 0u64;
     let mut stdout = std::io::stdout();
@@ -297,6 +320,8 @@ pub(crate) async fn publish(client: &Connection, args: PublishArgs) -> anyhow::R
 
     if let Some(p) = progress {
         p.abort();
+        // End the progress line, so what follows starts on a line of its own.
+        eprintln!();
     }
     let count = published.load(Ordering::Relaxed);
     let mut code = if failed > 0 { 1 } else { 0 };
