@@ -95,6 +95,10 @@ impl Broker {
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         tokio::spawn(probe_object_store(tier_store.clone(), metrics.clone()));
+        tokio::spawn(crate::metrics::seed_tenants(
+            metrics.clone(),
+            meta.registry(),
+        ));
         let tier_observer: Arc<dyn TierObserver> =
             Arc::new(crate::metrics::TierMetrics::new(metrics.clone()));
         let disk = crate::disk::DiskSpace::new(

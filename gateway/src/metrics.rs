@@ -298,7 +298,48 @@ impl Metrics {
             "Reads and opens refused because stored data failed its checks, by tier (hot, cold)",
             m.corruption_detected.clone(),
         );
+        // Series whose label values are known from the start exist from the start, at 0, so
+        // the first event of each kind shows in `increase()` (a series that appears with its
+        // first event at 1 is invisible to it).
+        for listener in ["quic", "kafka"] {
+            let _ = m.connections_refused.get_or_create(&ListenerLabel {
+                listener: listener.to_owned(),
+            });
+        }
+        for tier in ["hot", "cold"] {
+            let _ = m.corruption_detected.get_or_create(&TierLabel {
+                tier: tier.to_owned(),
+            });
+        }
         Metrics { registry, ..m }
+    }
+
+    /// Creates a tenant's series at 0 in every per-tenant family, with the label values it
+    /// can take that are known in advance (queue-full actions, the common publish refusals).
+    pub fn seed_tenant(&self, tenant: &str) {
+        let t = Self::tenant(tenant);
+        for family in [
+            &self.publish_requests,
+            &self.publish_records,
+            &self.publish_bytes,
+            &self.sub_queue_dropped,
+            &self.sub_delivered_records,
+            &self.sub_lagged,
+        ] {
+            let _ = family.get_or_create(&t);
+        }
+        for action in QUEUE_FULL_ACTIONS {
+            let _ = self.publish_queue_full.get_or_create(&TenantAction {
+                tenant: tenant.to_owned(),
+                action: (*action).to_owned(),
+            });
+        }
+        for reason in SEEDED_PUBLISH_ERRORS {
+            let _ = self.publish_errors.get_or_create(&TenantReason {
+                tenant: tenant.to_owned(),
+                reason: (*reason).to_owned(),
+            });
+        }
     }
 
     /// Sets a counter to `value` (counters kept elsewhere as plain atomics).
@@ -320,6 +361,42 @@ impl Metrics {
     pub fn tenant(t: &str) -> TenantLabel {
         TenantLabel {
             tenant: t.to_owned(),
+        }
+    }
+}
+
+/// What `felix_tenant_publish_queue_full_total{action}` can say (admission.rs).
+const QUEUE_FULL_ACTIONS: &[&str] = &["rejected", "waited", "shed"];
+/// Publish refusals seeded per tenant: the ones load, limits and failover produce. Any
+/// other reason appears with its first occurrence.
+const SEEDED_PUBLISH_ERRORS: &[&str] = &[
+    "publish_queue_full",
+    "disk_full",
+    "record_too_large",
+    "invalid_batch",
+    "quorum_timeout",
+    "fenced",
+    "not_leader",
+    "shard_unavailable",
+];
+
+/// Runs for the broker's life: seeds every tenant's series as the registry names it.
+pub async fn seed_tenants(
+    metrics: std::sync::Arc<Metrics>,
+    mut registry: tokio::sync::watch::Receiver<std::sync::Arc<felix_meta::state_machine::Registry>>,
+) {
+    loop {
+        let tenants: Vec<String> = registry
+            .borrow_and_update()
+            .tenants
+            .keys()
+            .cloned()
+            .collect();
+        for tenant in &tenants {
+            metrics.seed_tenant(tenant);
+        }
+        if registry.changed().await.is_err() {
+            return;
         }
     }
 }

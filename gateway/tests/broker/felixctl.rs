@@ -139,6 +139,25 @@ async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
     let broker = Broker::start(BrokerOptions::new()).await;
     run(&broker, &["tenant", "create", "smoke"], b"").await;
     run(&broker, &["namespace", "create", "smoke/ns"], b"").await;
+    // A new tenant's series exist at 0 before anything happens to it, so the first
+    // refusal of a kind shows in Prometheus' increase().
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let seeded = "felix_tenant_publish_queue_full_total{tenant=\"smoke\",action=\"shed\"} 0";
+    while !broker.metrics().await.contains(seeded) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no zero series for the new tenant: {seeded}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let metrics = broker.metrics().await;
+    for line in [
+        "felix_publish_errors_total{tenant=\"smoke\",reason=\"publish_queue_full\"} 0",
+        "felix_sub_queue_dropped_total{tenant=\"smoke\"} 0",
+        "felix_connections_refused_total{listener=\"kafka\"} 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing");
+    }
     // Three shards: key-less batches go to the shards in turn, so the acknowledgements
     // must name their shard for a script to pair each with its record.
     let created = run(
