@@ -27,6 +27,35 @@ fn free_tcp_port() -> u16 {
         .port()
 }
 
+/// A free TCP port on loopback that is none of `taken`: a cluster member's internal port is
+/// chosen before anything binds it, so the OS may hand the same port out again.
+fn free_tcp_port_except(taken: &[u16]) -> u16 {
+    loop {
+        let port = free_tcp_port();
+        if !taken.contains(&port) {
+            return port;
+        }
+    }
+}
+
+/// The ports a broker's options reserve for the internal network: its own internal address
+/// and every member's in `--cluster` (members not started yet have not bound theirs).
+fn reserved_ports(options: &BrokerOptions) -> Vec<u16> {
+    let mut ports: Vec<u16> = options.internal.iter().map(SocketAddr::port).collect();
+    let mut args = options.args.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--cluster"
+            && let Some(spec) = args.next()
+        {
+            ports.extend(
+                spec.split(',')
+                    .filter_map(|member| member.rsplit(':').next()?.parse::<u16>().ok()),
+            );
+        }
+    }
+    ports
+}
+
 /// A free UDP port on loopback, for QUIC.
 fn free_udp_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
@@ -113,15 +142,22 @@ impl Broker {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().to_owned();
         let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        let mut reserved = reserved_ports(&options);
+        let internal_addr = options.internal.unwrap_or_else(|| {
+            let addr = loopback(free_tcp_port_except(&reserved));
+            reserved.push(addr.port());
+            addr
+        });
+        let admin_addr = loopback(free_tcp_port_except(&reserved));
+        reserved.push(admin_addr.port());
+        let kafka_addr = loopback(free_tcp_port_except(&reserved));
         let mut broker = Broker {
             dir: Some(dir),
             root,
             quic_addr: loopback(free_udp_port()),
-            admin_addr: loopback(free_tcp_port()),
-            internal_addr: options
-                .internal
-                .unwrap_or_else(|| loopback(free_tcp_port())),
-            kafka_addr: loopback(free_tcp_port()),
+            admin_addr,
+            internal_addr,
+            kafka_addr,
             options,
             child: None,
             starts: 0,
@@ -132,12 +168,15 @@ impl Broker {
                 Err(e) if attempt < 3 && e.contains("in use") => {
                     eprintln!("felix could not bind its ports, retrying on others: {e}");
                     let _ = std::fs::remove_dir_all(broker.data_dir());
+                    let mut reserved = reserved_ports(&broker.options);
                     broker.quic_addr = loopback(free_udp_port());
-                    broker.admin_addr = loopback(free_tcp_port());
                     if broker.options.internal.is_none() {
-                        broker.internal_addr = loopback(free_tcp_port());
+                        broker.internal_addr = loopback(free_tcp_port_except(&reserved));
                     }
-                    broker.kafka_addr = loopback(free_tcp_port());
+                    reserved.push(broker.internal_addr.port());
+                    broker.admin_addr = loopback(free_tcp_port_except(&reserved));
+                    reserved.push(broker.admin_addr.port());
+                    broker.kafka_addr = loopback(free_tcp_port_except(&reserved));
                 }
                 Err(e) => panic!("{e}"),
             }
