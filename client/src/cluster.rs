@@ -301,6 +301,7 @@ impl Client {
         &self,
         idempotent: bool,
         deadline: &Deadline,
+        mut avoid: Option<u64>,
         op: F,
     ) -> Result<T, ClientError>
     where
@@ -308,7 +309,6 @@ impl Client {
         Fut: Future<Output = Result<T, Failed>>,
     {
         let mut backoff = Backoff::new();
-        let mut avoid = None;
         loop {
             let (error, sent) = match self.live_client(deadline, avoid).await {
                 Ok(client) => match op(client.clone()).await {
@@ -339,6 +339,7 @@ impl Client {
         self.on_any_broker(
             idempotent,
             &self.budget(),
+            None,
             |client: Connection| async move { client.call_tracked(request).await },
         )
         .await
@@ -392,15 +393,18 @@ impl Client {
         stream: &str,
     ) -> Result<Topology, ClientError> {
         let key = stream_key(tenant, namespace, stream);
-        self.load_routes(&key, &self.budget()).await
+        self.load_routes(&key, &self.budget(), None).await
     }
 
-    /// Fetches a stream's topology (retrying within `deadline`) and applies it. A stream
-    /// this client created lately that the broker does not know yet is asked for again.
+    /// Fetches a stream's topology (retrying within `deadline`) and applies it, asking a
+    /// broker other than `avoid` first when another answers (a leader that failed a try may
+    /// be cut off and still believe it leads). A stream this client created lately that the
+    /// broker does not know yet is asked for again.
     async fn load_routes(
         &self,
         key: &StreamKey,
         deadline: &Deadline,
+        avoid: Option<u64>,
     ) -> Result<Topology, ClientError> {
         let created_lately = self
             .created()
@@ -408,7 +412,7 @@ impl Client {
             .is_some_and(|at| at.elapsed() < self.inner.config.request_timeout);
         let (t, ns, s) = key;
         let topology = self
-            .on_any_broker(true, deadline, |client: Connection| async move {
+            .on_any_broker(true, deadline, avoid, |client: Connection| async move {
                 match client.topology(t, ns, s).await {
                     Err(e) if created_lately && e.code() == Some(codes::UNKNOWN_STREAM) => {
                         Err(Failed {
@@ -450,7 +454,7 @@ impl Client {
         if let Some(n) = self.routes().shard_count(key) {
             return Ok(n);
         }
-        Ok(self.load_routes(key, deadline).await?.shard_count())
+        Ok(self.load_routes(key, deadline, None).await?.shard_count())
     }
 }
 

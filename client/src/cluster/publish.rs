@@ -20,7 +20,7 @@ use super::{
 };
 use crate::publish::{self, Message, Published, ShardOutcome};
 use crate::request::Failed;
-use crate::{ClientError, Connection, StreamKey, stream_key};
+use crate::{ClientError, Connection, StreamKey, Topology, stream_key};
 
 impl Client {
     /// The leader's connection for one shard, and the routes version it was chosen by.
@@ -45,14 +45,14 @@ impl Client {
             match route {
                 None if !refreshed => {
                     refreshed = true;
-                    self.load_routes(key, deadline)
+                    self.load_routes(key, deadline, None)
                         .await
                         .map_err(|e| not_sent(e, version))?;
                 }
                 Some(Route::NoShard { .. }) if !refreshed => {
                     // The stream may have been re-created with more shards.
                     refreshed = true;
-                    self.load_routes(key, deadline)
+                    self.load_routes(key, deadline, None)
                         .await
                         .map_err(|e| not_sent(e, version))?;
                 }
@@ -133,7 +133,7 @@ impl Client {
         if self.routes().version(key) != failure.version {
             return Ok(false); // someone refreshed since this try was routed
         }
-        match self.load_routes(key, deadline).await {
+        match self.load_routes(key, deadline, failure.broker).await {
             Ok(_) => Ok(false),
             Err(e) if classify(&e, true) == Verdict::Final => Err(e),
             Err(e) => {
@@ -161,12 +161,18 @@ impl Client {
         // is unknown, which an idempotent producer answers by re-sending.
         let result = tokio::select! {
             result = call => result,
-            () = self.leader_moved(key, shard, leader, deadline) => Err(Failed {
-                error: ClientError::Transport(format!(
-                    "broker {leader} stopped leading shard {shard} while the publish was in flight"
-                )),
-                sent: true,
-            }),
+            topology = self.leader_moved(key, shard, leader, deadline) => {
+                // Route the next publish to the successor at once: an unknown outcome is
+                // not retried here (unless idempotent), and the caller's next publish must
+                // not go back to a leader that only it still believes in.
+                self.routes().apply_topology(key, &topology);
+                Err(Failed {
+                    error: ClientError::Transport(format!(
+                        "broker {leader} stopped leading shard {shard} while the publish was in flight"
+                    )),
+                    sent: true,
+                })
+            }
         };
         match result {
             Ok(Some(published)) => Ok(Some(published)),
@@ -186,9 +192,16 @@ impl Client {
         }
     }
 
-    /// Resolves once another broker's topology names a leader of `shard` other than
-    /// `leader` (checked every half second after the first second); never otherwise.
-    async fn leader_moved(&self, key: &StreamKey, shard: u32, leader: u64, deadline: &Deadline) {
+    /// Resolves, with that topology, once another broker's topology names a leader of
+    /// `shard` other than `leader` (checked every half second after the first second);
+    /// never otherwise.
+    async fn leader_moved(
+        &self,
+        key: &StreamKey,
+        shard: u32,
+        leader: u64,
+        deadline: &Deadline,
+    ) -> Topology {
         tokio::time::sleep(LEADER_CHECK_AFTER).await;
         let (t, ns, s) = key;
         loop {
@@ -213,7 +226,7 @@ impl Client {
                     .shard(shard)
                     .is_some_and(|r| r.leader.is_some_and(|l| l != leader))
             {
-                return;
+                return topology;
             }
             tokio::time::sleep(LEADER_CHECK_EVERY).await;
         }

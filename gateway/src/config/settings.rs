@@ -14,7 +14,9 @@ use std::path::PathBuf;
 
 use super::cluster::{cluster_serde, listen_addr, parse_cluster};
 use super::sources::parse_bool;
-use super::{CONFIG_ENV, ConfigError, MIB, at_least_one, default_object_store, ip_port};
+use super::{
+    CONFIG_ENV, ConfigError, MIB, all_loopback, at_least_one, default_object_store, ip_port,
+};
 
 /// The resolved type of a setting: its declared type, or an `Option` when it has no default.
 macro_rules! resolved_type {
@@ -477,4 +479,22 @@ settings! {
     /// Default: `true`
     #[arg(env = "FELIX_KAFKA_AUTO_CREATE_TOPICS", value_name = "BOOL", value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     kafka_auto_create_topics: bool = true;
+
+    /// Whether every door asks who is knocking: clients present a token (QUIC `hello`,
+    /// Kafka SASL, admin HTTP `Authorization: Bearer`) and peers authenticate on the
+    /// internal network. See docs/security.md.
+    ///
+    /// `off` is allowed only while every listener (QUIC, admin, internal, Kafka) is on
+    /// loopback, unless `insecure_no_auth` says otherwise.
+    ///
+    /// Default: off when every listener is on loopback (the embedded defaults), else on
+    #[arg(env = "FELIX_AUTH", value_name = "on|off", value_parser = parse_bool)]
+    auth: bool = !all_loopback(&[quic_addr, admin_addr, internal_addr, kafka_addr]);
+
+    /// Let a broker with a listener off loopback run with `auth = off`: anyone who reaches
+    /// a port reads and writes every tenant's streams. For a private test network only.
+    ///
+    /// Default: `false`
+    #[arg(env = "FELIX_INSECURE_NO_AUTH", value_name = "BOOL", value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
+    insecure_no_auth: bool = false;
 }

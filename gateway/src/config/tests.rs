@@ -561,3 +561,27 @@ fn the_command_line_leaves_the_environment_to_its_own_layer() {
     let short = command.clone().render_help().to_string();
     assert!(short.contains("[env: FELIX_CONFIG]"), "{short}");
 }
+
+#[test]
+fn auth_is_off_on_loopback_on_elsewhere_and_never_silently_off_on_a_network() {
+    let none = HashMap::new();
+    assert!(!load_ok(&flags(&[]), &none).auth, "the embedded defaults");
+    let open = load_ok(&flags(&["--quic-addr=0.0.0.0:5000"]), &none);
+    assert!(open.auth, "a listener off loopback turns auth on");
+    let msg = refused(&flags(&["--kafka-addr=0.0.0.0:9092", "--auth=off"]), &none);
+    assert!(
+        msg.starts_with("auth") && msg.contains("0.0.0.0:9092"),
+        "{msg}"
+    );
+    let c = load_ok(
+        &flags(&[
+            "--admin-addr=0.0.0.0:8080",
+            "--auth=off",
+            "--insecure-no-auth",
+        ]),
+        &none,
+    );
+    assert!(!c.auth && c.insecure_no_auth);
+    let c = load_ok(&flags(&[]), &env(&[("FELIX_AUTH", "on")]));
+    assert!(c.auth, "auth on by request on loopback");
+}

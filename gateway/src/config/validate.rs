@@ -7,7 +7,7 @@
 use std::str::FromStr;
 
 use super::cluster::check_host_port;
-use super::{BrokerConfig, ConfigError, invalid};
+use super::{BrokerConfig, ConfigError, all_loopback, invalid};
 
 impl BrokerConfig {
     /// Checks the settings against each other; the first problem found is the error.
@@ -82,6 +82,24 @@ impl BrokerConfig {
             return Err(invalid(
                 "max_frame_bytes",
                 format!("must be at most {} (a frame's length is 32 bits)", u32::MAX),
+            ));
+        }
+        let listeners = [
+            self.quic_addr,
+            self.admin_addr,
+            self.internal_addr,
+            self.kafka_addr,
+        ];
+        if !self.auth && !self.insecure_no_auth && !all_loopback(&listeners) {
+            let open = listeners.iter().find(|a| !a.ip().is_loopback());
+            return Err(invalid(
+                "auth",
+                format!(
+                    "is off while a listener ({}) is off loopback: anyone who reaches it could \
+                     read and write every tenant's streams; turn auth on, or set \
+                     insecure_no_auth on a private test network",
+                    open.map(ToString::to_string).unwrap_or_default()
+                ),
             ));
         }
         if self.max_batch_bytes > self.max_frame_bytes {
