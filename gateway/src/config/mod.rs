@@ -38,12 +38,12 @@ impl Default for BrokerConfig {
     }
 }
 
-/// An embedded default address.
 /// Whether every one of `addrs` listens on loopback only (127.0.0.0/8 or ::1).
 pub(crate) fn all_loopback(addrs: &[SocketAddr]) -> bool {
     addrs.iter().all(|a| a.ip().is_loopback())
 }
 
+/// An embedded default address.
 fn ip_port(addr: &str) -> SocketAddr {
     addr.parse()
         .expect("the embedded default addresses are valid")

@@ -7,7 +7,7 @@
 use std::str::FromStr;
 
 use super::cluster::check_host_port;
-use super::{BrokerConfig, ConfigError, all_loopback, invalid};
+use super::{BrokerConfig, ConfigError, invalid};
 
 impl BrokerConfig {
     /// Checks the settings against each other; the first problem found is the error.
@@ -90,15 +90,16 @@ impl BrokerConfig {
             self.internal_addr,
             self.kafka_addr,
         ];
-        if !self.auth && !self.insecure_no_auth && !all_loopback(&listeners) {
-            let open = listeners.iter().find(|a| !a.ip().is_loopback());
+        if !self.auth
+            && !self.insecure_no_auth
+            && let Some(open) = listeners.iter().find(|a| !a.ip().is_loopback())
+        {
             return Err(invalid(
                 "auth",
                 format!(
-                    "is off while a listener ({}) is off loopback: anyone who reaches it could \
-                     read and write every tenant's streams; turn auth on, or set \
-                     insecure_no_auth on a private test network",
-                    open.map(ToString::to_string).unwrap_or_default()
+                    "is off while a listener ({open}) is off loopback: anyone who reaches it \
+                     could read and write every tenant's streams; turn auth on, or set \
+                     insecure_no_auth on a private test network"
                 ),
             ));
         }
