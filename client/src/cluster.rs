@@ -180,6 +180,12 @@ impl Client {
         &self.inner.config
     }
 
+    /// Presents a fresh token on every open connection without reconnecting, and in the
+    /// hello of every connection opened later.
+    pub async fn set_token(&self, token: &str) -> Result<(), ClientError> {
+        self.inner.pool.set_token(token).await
+    }
+
     /// The seed addresses given to [`Client::connect`].
     pub fn seeds(&self) -> &[String] {
         &self.inner.seeds
@@ -376,6 +382,7 @@ impl Client {
     }
 
     admin_requests!();
+    rbac_requests!();
 
     /// A fresh topology of the stream from a live broker; the routing table takes it too.
     ///

@@ -156,6 +156,7 @@ impl Connection {
             version: PROTOCOL_VERSION,
             features: config.features,
             client: config.name.clone(),
+            token: config.token.clone(),
         };
         let response = request::call(
             &conn,
@@ -249,6 +250,21 @@ impl Connection {
         let _ = tokio::time::timeout(Duration::from_secs(1), self.inner.endpoint.wait_idle()).await;
     }
 
+    /// Presents a fresh token on this live connection: every later request is checked
+    /// against it (a broker with auth off accepts and ignores it). On `unauthorized` the
+    /// connection keeps the token it had.
+    pub async fn set_token(&self, token: &str) -> Result<(), ClientError> {
+        match self
+            .call(Request::Authenticate {
+                token: token.to_owned(),
+            })
+            .await?
+        {
+            Response::Done {} => Ok(()),
+            other => Err(unexpected("Authenticate", &other)),
+        }
+    }
+
     /// One admin request to this broker: never re-sent, so `idempotent` does not matter.
     async fn admin(&self, request: Request, _idempotent: bool) -> Result<Response, ClientError> {
         self.call(request).await
@@ -267,6 +283,7 @@ impl Connection {
     }
 
     admin_requests!();
+    rbac_requests!();
 
     async fn call(&self, request: Request) -> Result<Response, ClientError> {
         request::call(

@@ -93,6 +93,8 @@
 
 #[macro_use]
 mod admin;
+#[macro_use]
+mod rbac;
 mod cluster;
 mod connection;
 mod error;
@@ -116,11 +118,13 @@ pub use connection::Connection;
 pub use error::ClientError;
 pub use felix_wire::Compression;
 pub use felix_wire::protocol::{
-    AckMode, ErrorBody, SegmentInfo, ShardInfo, StartAt, StreamConfig, StreamInfo, codes, features,
+    AckMode, ErrorBody, RoleInfo, SegmentInfo, ShardInfo, StartAt, StreamConfig, StreamInfo, codes,
+    features,
 };
 pub use idempotent::{IdempotentClusterProducer, IdempotentProducer};
 pub use parse::{parse_namespace_path, parse_start_at, parse_stream_path};
 pub use publish::{Message, Published, ShardOutcome};
+pub use rbac::{IssuedToken, TokenSpec};
 pub use subscription::{Event, Subscription};
 
 /// The feature bit of idempotent producers, under the name the spec gives it.
@@ -137,7 +141,7 @@ pub const FEATURE_IDEMPOTENT_PRODUCER: u64 = features::IDEMPOTENT_PRODUCER;
 /// };
 /// assert_eq!(config.compression, felix_client::Compression::None);
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientConfig {
     /// A PEM file of CA certificates to trust for the broker's certificate (instead of the
     /// system roots).
@@ -163,6 +167,27 @@ pub struct ClientConfig {
     /// [`features::SUBSCRIPTION_LAGGED`] keeps a durable subscription open past a drop: the
     /// drop shows as a jump between consecutive offsets instead of ending it.
     pub features: u64,
+    /// The Felix token presented in `Hello` (docs/security.md). Needed by a broker running
+    /// with auth on; ignored by one with auth off. Replace it on a live connection with
+    /// [`Connection::set_token`] or [`Client::set_token`].
+    pub token: Option<String>,
+}
+
+// By hand, so a token never lands in a log line.
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientConfig")
+            .field("ca", &self.ca)
+            .field("insecure", &self.insecure)
+            .field("name", &self.name)
+            .field("request_timeout", &self.request_timeout)
+            .field("compression", &self.compression)
+            .field("max_frame", &self.max_frame)
+            .field("ack_on_commit", &self.ack_on_commit)
+            .field("features", &self.features)
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
 }
 
 impl Default for ClientConfig {
@@ -176,6 +201,7 @@ impl Default for ClientConfig {
             max_frame: DEFAULT_MAX_FRAME,
             ack_on_commit: false,
             features: features::ALL,
+            token: None,
         }
     }
 }
@@ -211,6 +237,14 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         Request::ProducerInit {} => "ProducerInit",
         Request::ListSegments { .. } => "ListSegments",
         Request::Topology { .. } => "Topology",
+        Request::Authenticate { .. } => "Authenticate",
+        Request::MintToken { .. } => "MintToken",
+        Request::RevokeToken { .. } => "RevokeToken",
+        Request::PutRole { .. } => "PutRole",
+        Request::ListRoles {} => "ListRoles",
+        Request::DeleteRole { .. } => "DeleteRole",
+        Request::BindRole { .. } => "BindRole",
+        Request::RotateKey {} => "RotateKey",
     }
 }
 

@@ -4,6 +4,7 @@
 //! * [`crate::node`] — what this broker knows of the cluster (registry, lease, peers).
 //! * [`crate::shards`] / [`crate::shard`] — the open shards, their logs and read bounds.
 //! * [`crate::routing`] — which broker serves a shard, `not_leader`, routing tables.
+//! * [`crate::quota`] — the tenants' publish rates, checked before a slot is taken.
 //! * [`crate::admission`] — the tenants' publish slots and when a publish is acknowledged.
 //! * [`crate::publish`] — the publish pipeline; [`crate::forward`] — forwarding to a leader.
 //! * [`crate::fanout`] / [`crate::subscription`] — live delivery; catch-up then live.
@@ -73,9 +74,13 @@ pub struct Broker {
     pub(crate) node: Arc<Node>,
     pub(crate) shards: Arc<Shards>,
     pub(crate) queues: TenantQueues,
+    /// Each tenant's publish rate on this broker (`quota`), checked before `queues`.
+    pub(crate) quotas: crate::quota::TenantQuotas,
     pub(crate) next_sub_id: AtomicU64,
     /// The data volume's free space and the reserve durable publishes leave.
     pub(crate) disk: Arc<crate::disk::DiskSpace>,
+    /// Who may do what (the `auth` setting; everything passes with auth off).
+    pub(crate) access: crate::auth::AccessControl,
 }
 
 impl Broker {
@@ -112,6 +117,7 @@ impl Broker {
             "data volume reserve for the control plane"
         );
         tokio::spawn(disk.clone().run());
+        let access = crate::auth::AccessControl::new(config.auth, meta.clone());
         let node = Arc::new(Node::new(config, meta, metrics));
         let shards = Arc::new(Shards::new(
             node.clone(),
@@ -122,9 +128,11 @@ impl Broker {
         let broker = Arc::new(Broker {
             disk,
             queues: TenantQueues::new(config.pub_queue_depth),
+            quotas: crate::quota::TenantQuotas::new(config.quota_limits()?),
             node: node.clone(),
             shards: shards.clone(),
             next_sub_id: AtomicU64::new(1),
+            access,
         });
         // A single node renews too, so the control plane's view of it stays alive.
         let every = Duration::from_millis((config.lease_ms / 4).max(50));
@@ -144,6 +152,11 @@ impl Broker {
             tier_store,
         ));
         Ok(broker)
+    }
+
+    /// The broker's access checks.
+    pub fn access(&self) -> &crate::auth::AccessControl {
+        &self.access
     }
 
     /// The object store this broker tiers to.

@@ -4,18 +4,23 @@
 //!
 //! Invariant: a publish is forwarded at most once — the leader checks it again as if the
 //! client had sent it there (existence, limits, backpressure, leadership) and never forwards
-//! it further; a failure to connect is a refusal (nothing was sent), a failure after
-//! sending leaves the outcome unknown and says so.
+//! it further; its tenant's publish quota is charged once, by the broker the client sent it
+//! to, before it is forwarded, and never again by the leader; a failure to connect is a
+//! refusal (nothing was sent), a failure after sending leaves the outcome unknown and says
+//! so.
 
 use std::time::Duration;
 
 use bytes::Bytes;
+use felix_meta::auth::{Action, Resource};
 use felix_meta::model::ShardKey;
 use felix_wire::protocol::{AckMode, ErrorBody, codes};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::Broker;
+use crate::publish::{Publisher, QuotaCharge};
+use crate::quota::PublishCost;
 use crate::replication::transport::PeerClient;
 use crate::shard::shard_key;
 
@@ -27,6 +32,10 @@ pub struct ForwardedPublish {
     pub stream: String,
     pub shard: u32,
     pub ack: AckMode,
+    /// The token the client presented at the broker it reached: the owner verifies it and
+    /// checks `stream.publish` again, so forwarding does not launder a credential.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 /// The owner's answer to a forwarded publish.
@@ -59,15 +68,33 @@ pub(crate) async fn serve_forwarded_publish(
         Some(Err(e)) => return refuse(format!("bad {PUBLISH_HEADER} header: {e}")),
         None => return refuse(format!("no {PUBLISH_HEADER} header")),
     };
-    // Checked and applied here as if the client had sent it here: existence, limits,
-    // backpressure, leadership. Never forwarded again.
+    // Checked and applied here as if the client had sent it here: the caller's token,
+    // existence, limits, backpressure, leadership. Never forwarded again, and not charged
+    // to the tenant's quota again: the broker the client sent it to did that.
+    let access = broker.access();
+    if access.enabled() {
+        let resource = Resource::stream(&req.tenant, &req.namespace, &req.stream);
+        let checked = match req.token.as_deref() {
+            Some(token) => access
+                .authenticate_cached(token)
+                .and_then(|c| access.authorize(Some(&c), Action::StreamPublish, &resource)),
+            None => access.authorize(None, Action::StreamPublish, &resource),
+        };
+        if let Err(error) = checked {
+            broker.metrics().auth_refused(&error.reason);
+            return ForwardedAnswer::Error { error };
+        }
+    }
     let key = ShardKey {
         tenant: req.tenant,
         namespace: req.namespace,
         stream: req.stream,
         shard: req.shard,
     };
-    match broker.publish_here(&key, req.ack, body).await {
+    match broker
+        .publish_here(&key, req.ack, body, QuotaCharge::Charged)
+        .await
+    {
         Ok(Some((base_offset, last_offset))) => ForwardedAnswer::Published {
             base_offset,
             last_offset,
@@ -84,6 +111,8 @@ impl Broker {
     ///
     /// In a cluster, a publish for a shard another broker leads is forwarded to it over the
     /// internal network and answered with its answer (it is checked again there).
+    ///
+    /// The publish is charged to its tenant's publish quota here, forwarded or not.
     pub async fn publish(
         &self,
         tenant: &str,
@@ -93,8 +122,35 @@ impl Broker {
         ack: AckMode,
         body: Bytes,
     ) -> Result<Option<(u64, u64)>, ErrorBody> {
+        self.publish_by(
+            Publisher::client(None),
+            tenant,
+            namespace,
+            stream,
+            shard_no,
+            ack,
+            body,
+        )
+        .await
+    }
+
+    /// [`publish`](Self::publish) for `by`: the caller's token travels with a forwarded
+    /// publish to the shard's owner, which checks it again; a publish already charged to
+    /// its tenant's quota (the Kafka listener throttles a produce itself) is not charged
+    /// again.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn publish_by(
+        &self,
+        by: Publisher<'_>,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+        ack: AckMode,
+        body: Bytes,
+    ) -> Result<Option<(u64, u64)>, ErrorBody> {
         let key = shard_key(tenant, namespace, stream, shard_no);
-        let result = self.publish_here(&key, ack, body.clone()).await;
+        let result = self.publish_here(&key, ack, body.clone(), by.quota).await;
         let leader = match &result {
             Err(e) if self.node.cluster && e.code == codes::NOT_LEADER => e.leader,
             _ => None,
@@ -102,12 +158,25 @@ impl Broker {
         let Some(addr) = leader.and_then(|l| self.node.internal_addr_of(l)) else {
             return result;
         };
+        // Led elsewhere, so not charged above (leadership is checked first): charge it here,
+        // once; the leader will not.
+        if by.quota == QuotaCharge::Here {
+            let cost = PublishCost::of(&body);
+            if self
+                .quotas
+                .admit(tenant, ack, cost, &self.node.metrics)?
+                .is_none()
+            {
+                return Ok(None);
+            }
+        }
         let req = ForwardedPublish {
             tenant: key.tenant,
             namespace: key.namespace,
             stream: key.stream,
             shard: key.shard,
             ack,
+            token: by.token.map(str::to_owned),
         };
         // Long enough for a Quorum acknowledgement at the owner.
         let timeout = Duration::from_millis(self.node.config.publish_quorum_timeout_ms)
@@ -144,11 +213,15 @@ async fn forward_publish(
         .retry_after(500));
     }
     let header = serde_json::to_string(req).map_err(|e| unknown(e.to_string()))?;
-    let request = hyper::Request::post(format!("http://{addr}/repl/publish"))
-        .header(PUBLISH_HEADER, header)
-        .body(Full::new(body))
+    let mut headers = hyper::HeaderMap::new();
+    headers.insert(
+        PUBLISH_HEADER,
+        hyper::header::HeaderValue::try_from(header).map_err(|e| unknown(e.to_string()))?,
+    );
+    let request = peers
+        .post(addr, "/repl/publish", headers, body)
         .map_err(|e| unknown(e.to_string()))?;
-    let response = match tokio::time::timeout(timeout, peers.http.request(request)).await {
+    let response = match tokio::time::timeout(timeout, peers.request(request)).await {
         Err(_) => return Err(unknown(format!("no answer within {timeout:?}"))),
         Ok(Err(e)) if e.is_connect() => {
             return Err(ErrorBody::new(

@@ -3,7 +3,9 @@
 //! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard).
 //!
 //! Invariant: until the broker has started, both routes refuse with a retryable error;
-//! nothing here decides anything the client protocol does not decide the same way.
+//! nothing here decides anything the client protocol does not decide the same way. Who may
+//! call them is decided before these handlers run: with a cluster secret, the control
+//! plane's server refuses unsigned requests (`felix_meta::network::require_signed`).
 
 use std::sync::{Arc, OnceLock, Weak};
 

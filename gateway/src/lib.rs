@@ -1,6 +1,7 @@
 //! felix-gateway: the broker node.
 //!
 //! * [`config`] — every setting, from flags, `FELIX_*` variables and a TOML file.
+//! * [`cluster_secret`] — the secret that authenticates the internal network, or none.
 //! * [`tls`] — the QUIC listener's certificate: generated for the embedded default, or loaded.
 //! * [`broker`] — the face the protocol listeners call, over the rooms below.
 //! * [`node`] — this broker in its cluster: registry, control plane, lease, peers.
@@ -30,6 +31,8 @@
 //! * [`lag_log`] — one log line per episode of a subscriber falling behind.
 //! * [`producers`] — idempotent producers' sequences per shard.
 //! * [`enqueue_ack`] — what an ack sent before the write promises under a lease.
+//! * [`auth`] — authorization at every door: tokens checked per request, refusals, token and
+//!   role management, the bootstrap admin token (the rules: `felix_meta::auth`).
 //! * [`kafka`] — the Kafka protocol listener: topics are streams, partitions are shards.
 
 // Results carry the wire's `ErrorBody` inline (~150 bytes since it can name a shard's
@@ -38,7 +41,9 @@
 
 pub mod admin;
 pub mod admission;
+pub mod auth;
 pub mod broker;
+pub mod cluster_secret;
 pub mod config;
 pub mod corruption;
 pub mod disk;
@@ -58,6 +63,7 @@ pub mod producers;
 pub mod publish;
 pub mod publish_gate;
 pub mod pull;
+pub mod quota;
 pub mod replication;
 pub mod retention;
 pub mod routing;

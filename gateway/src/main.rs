@@ -17,7 +17,7 @@ use felix_gateway::config::{self, BrokerConfig};
 use felix_gateway::internal::{self, BrokerSlot};
 use felix_gateway::kafka::{KafkaListener, KafkaSettings};
 use felix_gateway::metrics::Metrics;
-use felix_gateway::{admin, server, tls};
+use felix_gateway::{admin, cluster_secret, server, tls};
 use felix_meta::{Command, CommandError, MetaConfig, MetaError, MetaHandle, MetaNode};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -142,6 +142,8 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     // Followers fetch from shard leaders on the same internal address as Raft.
     let slot: BrokerSlot = Arc::default();
     meta_config.extra_routes = Some(internal::router(slot.clone()));
+    meta_config.cluster_key =
+        cluster_secret::cluster_key(&config).context("set up the internal network's secret")?;
     let meta = MetaNode::start(meta_config).await.with_context(|| {
         format!(
             "start the metadata node on {} (data in {})",
@@ -183,6 +185,13 @@ async fn serve(config: &BrokerConfig, meta: &MetaNode, slot: BrokerSlot) -> anyh
         .await
         .context("create the default tenant and namespace")?;
 
+    if config.auth {
+        // Before any listener: `/healthz` says ready only once admin.token is written.
+        let access = felix_gateway::auth::AccessControl::new(true, meta.handle().clone());
+        felix_gateway::auth::ensure_bootstrap_token(&access, &config.data_dir)
+            .await
+            .context("mint or fetch the bootstrap admin token")?;
+    }
     let metrics = Arc::new(Metrics::new());
     let broker = Broker::start(config, meta.handle().clone(), metrics.clone())
         .await
@@ -240,7 +249,11 @@ async fn listen(
         stopped.clone(),
     ));
     let kafka_task = tokio::spawn(kafka.serve(stopped.clone()));
-    let admin_router = admin::router(broker.clone(), metrics);
+    let admin_router = admin::router(
+        broker.clone(),
+        metrics,
+        config.auth && config.metrics_require_auth,
+    );
     let admin_task = tokio::spawn(async move {
         if let Err(e) = admin::serve(admin_listener, admin_router, stopped).await {
             warn!(error = %e, "admin HTTP server failed");

@@ -29,6 +29,20 @@ pub struct TenantReason {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+/// The reasons an authorization refusal can have (seeded at 0).
+pub const AUTH_REFUSAL_REASONS: [&str; 5] = [
+    "missing_token",
+    "invalid_token",
+    "token_expired",
+    "token_revoked",
+    "forbidden",
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TenantAction {
     pub tenant: String,
     pub action: String,
@@ -42,6 +56,8 @@ pub struct Metrics {
     pub publish_bytes: Family<TenantLabel, Counter>,
     pub publish_errors: Family<TenantReason, Counter>,
     pub publish_queue_full: Family<TenantAction, Counter>,
+    /// Publishes held back by their tenant's publish quota, by action (`QUOTA_ACTIONS`).
+    pub quota_throttled: Family<TenantAction, Counter>,
     pub sub_queue_dropped: Family<TenantLabel, Counter>,
     pub sub_delivered_records: Family<TenantLabel, Counter>,
     pub sub_lagged: Family<TenantLabel, Counter>,
@@ -55,6 +71,8 @@ pub struct Metrics {
     pub frames_rejected: Counter,
     /// Connections closed at accept because the listener held `max_connections`.
     pub connections_refused: Family<ListenerLabel, Counter>,
+    /// Requests refused by authorization (auth on), by reason.
+    pub auth_refusals: Family<ReasonLabel, Counter>,
     /// Kafka request bytes being received or handled now.
     pub kafka_inflight_request_bytes: Gauge,
     /// Kafka connections closed because a request's bytes did not arrive in time.
@@ -94,6 +112,7 @@ impl Metrics {
             publish_bytes: Family::default(),
             publish_errors: Family::default(),
             publish_queue_full: Family::default(),
+            quota_throttled: Family::default(),
             sub_queue_dropped: Family::default(),
             sub_delivered_records: Family::default(),
             sub_lagged: Family::default(),
@@ -105,6 +124,7 @@ impl Metrics {
             publishes_forwarded: Counter::default(),
             frames_rejected: Counter::default(),
             connections_refused: Family::default(),
+            auth_refusals: Family::default(),
             kafka_inflight_request_bytes: Gauge::default(),
             kafka_slow_requests: Counter::default(),
             disk_free_bytes: Gauge::default(),
@@ -152,6 +172,11 @@ impl Metrics {
             "felix_tenant_publish_queue_full",
             "Publishes that found the tenant's publish queue full, by action (rejected, waited, shed)",
             m.publish_queue_full.clone(),
+        );
+        registry.register(
+            "felix_tenant_quota_throttled",
+            "Publishes over their tenant's publish quota, by action (refused, shed, kafka_throttled)",
+            m.quota_throttled.clone(),
         );
         registry.register(
             "felix_sub_queue_dropped",
@@ -279,6 +304,12 @@ impl Metrics {
             m.connections_refused.clone(),
         );
         registry.register(
+            "felix_auth_refusals",
+            "Requests refused by authorization (auth on), by reason: missing_token, \
+             invalid_token, token_expired, token_revoked, forbidden",
+            m.auth_refusals.clone(),
+        );
+        registry.register(
             "felix_kafka_inflight_request_bytes",
             "Kafka request bytes being received or handled now (max_inflight_request_bytes)",
             m.kafka_inflight_request_bytes.clone(),
@@ -306,12 +337,26 @@ impl Metrics {
                 listener: listener.to_owned(),
             });
         }
+        for reason in AUTH_REFUSAL_REASONS {
+            let _ = m.auth_refusals.get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            });
+        }
         for tier in ["hot", "cold"] {
             let _ = m.corruption_detected.get_or_create(&TierLabel {
                 tier: tier.to_owned(),
             });
         }
         Metrics { registry, ..m }
+    }
+
+    /// Counts one authorization refusal.
+    pub fn auth_refused(&self, reason: &str) {
+        self.auth_refusals
+            .get_or_create(&ReasonLabel {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// Creates a tenant's series at 0 in every per-tenant family, with the label values it
@@ -330,6 +375,12 @@ impl Metrics {
         }
         for action in QUEUE_FULL_ACTIONS {
             let _ = self.publish_queue_full.get_or_create(&TenantAction {
+                tenant: tenant.to_owned(),
+                action: (*action).to_owned(),
+            });
+        }
+        for action in QUOTA_ACTIONS {
+            let _ = self.quota_throttled.get_or_create(&TenantAction {
                 tenant: tenant.to_owned(),
                 action: (*action).to_owned(),
             });
@@ -367,10 +418,14 @@ impl Metrics {
 
 /// What `felix_tenant_publish_queue_full_total{action}` can say (admission.rs).
 const QUEUE_FULL_ACTIONS: &[&str] = &["rejected", "waited", "shed"];
+/// What `felix_tenant_quota_throttled_total{action}` can say (quota/mod.rs): an acked
+/// publish refused, a fire-and-forget one shed, a Kafka produce answered with a throttle.
+pub const QUOTA_ACTIONS: &[&str] = &["refused", "shed", "kafka_throttled"];
 /// Publish refusals seeded per tenant: the ones load, limits and failover produce. Any
 /// other reason appears with its first occurrence.
 const SEEDED_PUBLISH_ERRORS: &[&str] = &[
     "publish_queue_full",
+    "tenant_quota",
     "disk_full",
     "record_too_large",
     "invalid_batch",

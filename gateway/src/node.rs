@@ -39,6 +39,7 @@ pub struct Node {
 
 impl Node {
     pub(crate) fn new(config: &BrokerConfig, meta: MetaHandle, metrics: Arc<Metrics>) -> Node {
+        let peers = PeerClient::new(meta.peer_signer());
         Node {
             registry: meta.registry(),
             config: config.clone(),
@@ -46,7 +47,7 @@ impl Node {
             metrics,
             cluster: config.cluster.len() > 1,
             lease: Arc::new(Lease::default()),
-            peers: PeerClient::default(),
+            peers,
             stopping: AtomicBool::new(false),
         }
     }

@@ -1,5 +1,6 @@
-//! The publish pipeline on the broker that leads the shard: validate every batch, take a
-//! tenant slot, append (deduplicating idempotent producers), then answer when the ack mode
+//! The publish pipeline on the broker that leads the shard: validate every batch, charge the
+//! tenant's publish quota (unless the broker that forwarded it, or the Kafka listener, did),
+//! take a tenant slot, append (deduplicating idempotent producers), then answer when the ack mode
 //! says so — on enqueue, after the write under the fsync policy, or once the quorum mark
 //! covers the write.
 //!
@@ -23,7 +24,36 @@ use crate::broker::Broker;
 use crate::errors::{err, log_error};
 use crate::metrics::{Metrics, TenantReason};
 use crate::producers::SeqCheck;
+use crate::quota::PublishCost;
 use crate::shard::Shard;
+
+/// Whether a publish is charged to its tenant's quota here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QuotaCharge {
+    /// A client sent it to this broker: charge it, and refuse or shed it over quota.
+    Here,
+    /// Charged already: by the broker a client sent it to (forwarded here), or by the
+    /// Kafka listener with a throttle.
+    Charged,
+}
+
+/// On whose behalf a publish arrives: the token its caller presented and whether its
+/// tenant's quota is still to be charged.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Publisher<'a> {
+    pub token: Option<&'a str>,
+    pub quota: QuotaCharge,
+}
+
+impl<'a> Publisher<'a> {
+    /// A client's publish received here: checked against `token`, charged here.
+    pub(crate) fn client(token: Option<&'a str>) -> Publisher<'a> {
+        Publisher {
+            token,
+            quota: QuotaCharge::Here,
+        }
+    }
+}
 
 impl Broker {
     /// Publishes on this broker only (a forwarded publish lands here).
@@ -32,16 +62,17 @@ impl Broker {
         key: &ShardKey,
         ack: AckMode,
         body: Bytes,
+        quota: QuotaCharge,
     ) -> Result<Option<(u64, u64)>, ErrorBody> {
         let m = &self.node.metrics;
         let tenant = &key.tenant[..];
         let t = Metrics::tenant(tenant);
         m.publish_requests.get_or_create(&t).inc();
-        let mut result = self.publish_inner(key, ack, body.clone()).await;
+        let mut result = self.publish_inner(key, ack, body.clone(), quota).await;
         if let Err(e) = &result
             && self.node.catch_up_if_unknown(e).await
         {
-            result = self.publish_inner(key, ack, body).await;
+            result = self.publish_inner(key, ack, body, quota).await;
         }
         if let Err(e) = &result {
             m.publish_errors
@@ -59,6 +90,7 @@ impl Broker {
         key: &ShardKey,
         ack: AckMode,
         body: Bytes,
+        quota: QuotaCharge,
     ) -> Result<Option<(u64, u64)>, ErrorBody> {
         if self.node.stopping.load(Ordering::Acquire) {
             return Err(err(
@@ -111,15 +143,34 @@ impl Broker {
             ));
         }
 
-        // Backpressure: the tenant's own publish slots.
-        let Some(permit) = self
+        let bytes_len = body.len() as u64;
+        // The tenant's publish rate, before anything is taken for the publish: a refusal or
+        // a shed holds no slot and writes nothing.
+        let charge = match quota {
+            QuotaCharge::Here => {
+                let cost = PublishCost {
+                    bytes: bytes_len,
+                    records,
+                };
+                match self.quotas.admit(tenant, ack, cost, &self.node.metrics)? {
+                    Some(charge) => Some(charge),
+                    None => return Ok(None),
+                }
+            }
+            QuotaCharge::Charged => None,
+        };
+        // Backpressure: the tenant's own publish slots. A publish turned away here was not
+        // written, so its quota charge is given back.
+        let admitted = self
             .queues
             .admit(tenant, ack, &self.node.config, &self.node.metrics)
-            .await?
-        else {
-            return Ok(None);
+            .await;
+        let Ok(Some(permit)) = admitted else {
+            if let Some(charge) = charge {
+                self.quotas.refund(tenant, charge);
+            }
+            return admitted.map(|_| None);
         };
-        let bytes_len = body.len() as u64;
         let result = match &shard.log {
             Some(log) => {
                 self.publish_durable(&shard, log, batches, ack, quorum)

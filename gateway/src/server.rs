@@ -20,8 +20,10 @@ use felix_wire::protocol::{
 use tokio::sync::watch;
 use tracing::debug;
 
+use crate::auth::{Credential, MintRequest, check_for};
 use crate::broker::Broker;
 use crate::metrics::{Metrics, TenantAction};
+use crate::publish::Publisher;
 use crate::publish_gate::{AnswersOwed, too_many_owed};
 use crate::subscription::SubEvent;
 
@@ -84,6 +86,8 @@ struct Session {
     subscriptions: std::sync::atomic::AtomicUsize,
     /// Acked publishes read and not yet answered.
     answers_owed: AnswersOwed,
+    /// The token presented in hello or by the last `Authenticate` (auth on only).
+    credential: parking_lot::Mutex<Option<Arc<Credential>>>,
 }
 
 async fn handle_connection(incoming: quinn::Incoming, broker: Arc<Broker>) {
@@ -101,6 +105,7 @@ async fn handle_connection(incoming: quinn::Incoming, broker: Arc<Broker>) {
         features: AtomicU64::new(0),
         subscriptions: std::sync::atomic::AtomicUsize::new(0),
         answers_owed: AnswersOwed::default(),
+        credential: parking_lot::Mutex::new(None),
     });
     loop {
         match conn.accept_bi().await {
@@ -235,6 +240,21 @@ async fn handle_stream(
         let _ = send.finish();
         return;
     }
+    // Authorization comes before any work (docs/security.md): a refused request changes
+    // nothing and is not counted against the connection's publish answers.
+    let checking = broker.access().enabled();
+    let credential = if checking {
+        session.credential.lock().clone()
+    } else {
+        None
+    };
+    if checking && let Err(e) = check_for(&request).run(broker.access(), credential.as_deref()) {
+        broker.metrics().auth_refused(&e.reason);
+        respond(&mut send, &Response::Error(e)).await;
+        let _ = send.finish();
+        return;
+    }
+    let credential = credential.as_deref();
     // An acked publish owes an answer from here until it is written (`_owed` is dropped at
     // the end); past the connection's limit it is refused before anything is queued.
     let _owed = match &request {
@@ -262,8 +282,13 @@ async fn handle_stream(
         Request::Hello {
             version,
             features: offered,
+            token,
             ..
         } => {
+            let presented = match token {
+                Some(t) if broker.access().enabled() => broker.access().authenticate(&t).map(Some),
+                _ => Ok(None),
+            };
             if version != PROTOCOL_VERSION {
                 error(
                     codes::UNSUPPORTED_VERSION,
@@ -272,7 +297,13 @@ async fn handle_stream(
                         "this broker speaks protocol version {PROTOCOL_VERSION}, not {version}"
                     ),
                 )
+            } else if let Err(e) = presented {
+                broker.metrics().auth_refused(&e.reason);
+                Response::Error(e)
             } else {
+                if let Ok(Some(c)) = presented {
+                    *session.credential.lock() = Some(c);
+                }
                 let agreed = offered & features::ALL;
                 session.features.store(agreed, Ordering::Release);
                 session.hello.store(true, Ordering::Release);
@@ -283,6 +314,55 @@ async fn handle_stream(
                 }
             }
         }
+        Request::Authenticate { token } => authenticate(&broker, &session, &token),
+        Request::MintToken {
+            tenant,
+            subject,
+            namespace,
+            roles,
+            allow,
+            ttl_secs,
+        } => {
+            let req = MintRequest {
+                tenant,
+                subject,
+                namespace,
+                roles,
+                allow,
+                ttl_secs,
+            };
+            match broker.access().mint_token(credential, req).await {
+                Ok(m) => Response::Token {
+                    token: m.token,
+                    jti: m.jti,
+                    expires_at: m.expires_at,
+                },
+                Err(e) => Response::Error(e),
+            }
+        }
+        Request::RevokeToken { jti } => done(broker.access().revoke_token(credential, &jti).await),
+        Request::PutRole { name, allow } => {
+            done(broker.access().put_role(credential, &name, &allow).await)
+        }
+        Request::ListRoles {} => match broker.access().list_roles(credential) {
+            Ok(roles) => Response::Roles { roles },
+            Err(e) => Response::Error(e),
+        },
+        Request::DeleteRole { name } => done(broker.access().delete_role(credential, &name).await),
+        Request::BindRole {
+            tenant,
+            subject,
+            role,
+        } => done(
+            broker
+                .access()
+                .bind_role(credential, &tenant, &subject, &role)
+                .await,
+        ),
+        Request::RotateKey {} => match broker.access().rotate_key(credential).await {
+            Ok(kid) => Response::SigningKey { kid },
+            Err(e) => Response::Error(e),
+        },
         Request::CreateTenant { name } => done(broker.create_tenant(&name).await),
         Request::CreateNamespace { tenant, name } => {
             done(broker.create_namespace(&tenant, &name).await)
@@ -314,7 +394,18 @@ async fn handle_stream(
         } => stream(broker.describe_stream(&tenant, &namespace, &name).await),
         Request::ListStreams { tenant, namespace } => {
             match broker.list_streams(&tenant, &namespace).await {
-                Ok(streams) => Response::Streams { streams },
+                // Only what the caller may see (with auth off, everything).
+                Ok(streams) => Response::Streams {
+                    streams: streams
+                        .into_iter()
+                        .filter(|s| {
+                            broker.access().can_view(
+                                credential,
+                                &felix_meta::auth::Resource::stream(&tenant, &namespace, &s.name),
+                            )
+                        })
+                        .collect(),
+                },
                 Err(e) => Response::Error(e),
             }
         }
@@ -330,7 +421,15 @@ async fn handle_stream(
             shard,
             ack,
         } => match broker
-            .publish(&tenant, &namespace, &stream, shard, ack, frame.body)
+            .publish_by(
+                Publisher::client(credential.map(Credential::token)),
+                &tenant,
+                &namespace,
+                &stream,
+                shard,
+                ack,
+                frame.body,
+            )
             .await
         {
             Ok(Some((base_offset, last_offset))) => Response::Published {
@@ -355,6 +454,7 @@ async fn handle_stream(
                 &mut send,
                 &broker,
                 &session,
+                credential,
                 &tenant,
                 &namespace,
                 &stream,
@@ -392,6 +492,23 @@ async fn handle_stream(
     let _ = send.finish();
 }
 
+/// `Authenticate`: a fresh token replaces the connection's; a bad one leaves it as it was.
+fn authenticate(broker: &Broker, session: &Session, token: &str) -> Response {
+    if !broker.access().enabled() {
+        return Response::Done {};
+    }
+    match broker.access().authenticate(token) {
+        Ok(c) => {
+            *session.credential.lock() = Some(c);
+            Response::Done {}
+        }
+        Err(e) => {
+            broker.metrics().auth_refused(&e.reason);
+            Response::Error(e)
+        }
+    }
+}
+
 fn done(r: Result<(), ErrorBody>) -> Response {
     match r {
         Ok(()) => Response::Done {},
@@ -411,6 +528,7 @@ async fn serve_subscription(
     send: &mut quinn::SendStream,
     broker: &Broker,
     session: &Session,
+    credential: Option<&Credential>,
     tenant: &str,
     namespace: &str,
     stream: &str,
@@ -452,6 +570,12 @@ async fn serve_subscription(
     // at once, not at the next failed write, which on a quiet stream may never come.
     let stopped = send.stopped();
     tokio::pin!(stopped);
+    // With auth on, an open subscription is cut once its token expires or is revoked
+    // (checked every second against the local replica): it ends with the `unauthorized`
+    // error, and the client resumes with a fresh token from the offsets it has seen.
+    let mut recheck = tokio::time::interval(std::time::Duration::from_secs(1));
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let checking = broker.access().enabled();
     loop {
         let share = broker.subscriber_egress_max_bytes()
             / session.subscriptions.load(Ordering::Acquire).max(1);
@@ -459,6 +583,10 @@ async fn serve_subscription(
         let event = tokio::select! {
             event = sub.next() => event,
             _ = &mut stopped => return,
+            _ = recheck.tick(), if checking => match broker.access().still_live(credential) {
+                Ok(()) => continue,
+                Err(e) => SubEvent::Failed(e),
+            },
         };
         let end = match event {
             SubEvent::Batches(b) => {

@@ -329,7 +329,7 @@ fn check_leaf(
 
 /// Writes `path` through a temporary file and a rename, created with `mode`, synced (file and
 /// directory) before returning.
-fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
+pub(crate) fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);

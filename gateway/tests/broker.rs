@@ -9,6 +9,7 @@
 
 mod broker {
     mod analytics;
+    mod auth;
     mod backpressure;
     mod bad_input;
     mod cluster;
@@ -22,9 +23,11 @@ mod broker {
     mod fanout;
     mod felixctl;
     mod idempotence;
+    mod internal_auth;
     mod kafka;
     mod leases;
     mod limits;
     mod ordering;
+    mod quotas;
     mod tiering;
 }

@@ -227,6 +227,12 @@ impl MetaHandle {
         self.inner.leases.renew(broker, Instant::now())
     }
 
+    /// The signer of this node's internal requests (`None`: the internal network is not
+    /// authenticated), for the broker's own clients of other brokers.
+    pub fn peer_signer(&self) -> Option<crate::network::PeerSigner> {
+        self.inner.peers.client().signer().cloned()
+    }
+
     /// The lease table (leader side).
     pub fn leases(&self) -> &LeaseTable {
         &self.inner.leases

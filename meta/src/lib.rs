@@ -16,6 +16,7 @@
 //! * [`controller`] — failover: on the meta leader, marks brokers whose lease lapsed dead,
 //!   places unplaced shards and promotes a new shard leader when one dies.
 
+pub mod auth;
 pub mod controller;
 pub mod faults;
 pub mod handle;

@@ -30,7 +30,10 @@ use tracing::{info, warn};
 use crate::handle::{MetaError, MetaHandle};
 use crate::log_store::LogStore;
 use crate::model::Command;
-use crate::network::{ForwardError, HttpNetworkFactory, MembershipChange, MetaService, NodeStatus};
+use crate::network::{
+    ClusterKey, ForwardError, HttpNetworkFactory, MembershipChange, MetaService, NodeStatus,
+    PeerClient, PeerSigner,
+};
 use crate::state_machine::StateMachineStore;
 use crate::types::{CommandResult, NodeId, Raft};
 
@@ -60,6 +63,10 @@ pub struct MetaConfig {
     pub rpc_timeout: Duration,
     /// More routes served on the internal address (the broker's replication endpoints).
     pub extra_routes: Option<axum::Router>,
+    /// The cluster secret: with it, every internal request this node sends is signed and
+    /// every one it serves (but `/healthz`) must be (`network::require_signed`). `None`:
+    /// the internal network is open (loopback-only brokers without auth).
+    pub cluster_key: Option<Arc<ClusterKey>>,
 }
 
 impl MetaConfig {
@@ -77,7 +84,22 @@ impl MetaConfig {
             lease: Duration::from_secs(10),
             rpc_timeout: Duration::from_secs(2),
             extra_routes: None,
+            cluster_key: None,
         }
+    }
+
+    /// The signer of this node's internal requests, if the network is authenticated.
+    fn signer(&self) -> Option<PeerSigner> {
+        self.cluster_key
+            .as_ref()
+            .map(|key| PeerSigner::new(key.clone(), self.node_id))
+    }
+
+    /// A factory for this node's RPCs: signed when the network is authenticated.
+    fn network(&self) -> HttpNetworkFactory {
+        HttpNetworkFactory::with_client(
+            PeerClient::new(self.rpc_timeout).with_signer(self.signer()),
+        )
     }
 
     fn members(&self, advertised: &str) -> BTreeMap<NodeId, BasicNode> {
@@ -306,7 +328,7 @@ impl MetaNode {
         }
         .validate()
         .map_err(|e| StartError::Config(e.to_string()))?;
-        let peers = HttpNetworkFactory::new(config.rpc_timeout).with_local_id(config.node_id);
+        let peers = config.network().with_local_id(config.node_id);
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
@@ -337,6 +359,10 @@ impl MetaNode {
         let mut router = crate::network::raft_router(service);
         if let Some(extra) = config.extra_routes.clone() {
             router = router.merge(extra);
+        }
+        // Every route, the broker's included, behind the signature check.
+        if let Some(key) = &config.cluster_key {
+            router = crate::network::require_signed(router, key.clone());
         }
         // A node cut off by fault injection refuses everything it receives.
         router = router.layer(axum::middleware::from_fn(
@@ -406,7 +432,7 @@ impl MetaNode {
         // Until this node knows whether the group exists, it neither votes nor stands.
         self.accepting_votes.store(false, Ordering::Release);
         raft.runtime_config().elect(false);
-        let peers = HttpNetworkFactory::new(config.rpc_timeout);
+        let peers = config.network();
         let node_id = config.node_id;
         let lowest = *config.cluster.keys().next().expect("cluster is not empty");
         let others: Vec<(NodeId, String)> = config

@@ -18,6 +18,9 @@ FELIX_ACTIONS = {
     "s3:ListMultipartUploadParts",
 }
 KMS_ACTIONS = {"kms:Decrypt", "kms:GenerateDataKey"}
+# Reading the cluster secret at boot (felix-fetch-secret).
+SECRET_ACTIONS = {"secretsmanager:GetSecretValue"}
+SECRET_ARN = "${aws_secretsmanager_secret.cluster.arn}"
 
 BUCKET_ARN = "${aws_s3_bucket.segments.arn}"
 PREFIX_OBJECTS = "${aws_s3_bucket.segments.arn}/${var.object_prefix}/*"
@@ -163,7 +166,7 @@ def test_iam_policy_names_only_the_bucket_prefix_and_no_wildcard_actions(module)
         seen_actions |= actions
         for action in actions:
             assert "*" not in action, f"wildcard action {action}"
-            assert action in FELIX_ACTIONS | KMS_ACTIONS, f"action {action} is not one felix uses"
+            assert action in FELIX_ACTIONS | KMS_ACTIONS | SECRET_ACTIONS, f"action {action} is not one felix uses"
         resources = [unquote(r) for r in as_list(stmt["resources"])]
         sid = unquote(stmt["sid"])
         if sid == "SegmentObjects":
@@ -175,11 +178,18 @@ def test_iam_policy_names_only_the_bucket_prefix_and_no_wildcard_actions(module)
             assert [unquote(v) for v in cond["values"]] == ["${var.object_prefix}/*"]
         elif sid == "BootObjects":
             assert actions == {"s3:GetObject"} and resources == ["${local.boot_object_arns}"]
+        elif sid == "ClusterSecret":
+            # Exactly this module's secret, by its ARN: no wildcard, no other secret.
+            assert actions == SECRET_ACTIONS and resources == [SECRET_ARN]
         elif sid == "SegmentBucketKey":
             assert actions == KMS_ACTIONS and resources == ["${statement.value}"]
         else:
             pytest.fail(f"unexpected statement {sid}")
-    assert FELIX_ACTIONS <= seen_actions
+    assert FELIX_ACTIONS | SECRET_ACTIONS <= seen_actions
+    # No other statement may name a secret.
+    for stmt in statements:
+        if unquote(stmt["sid"]) != "ClusterSecret":
+            assert not any(unquote(a).startswith("secretsmanager:") for a in stmt["actions"])
 
     # The boot objects are exact object ARNs built from the operator's s3:// URLs.
     boot = module.locals()["boot_object_arns"]
@@ -261,3 +271,35 @@ def test_broker_addresses_come_from_subnet_cidrs_not_from_lookups(module):
     brokers = module.locals()["brokers"]
     assert "cidrhost(var.subnets[i % local.subnet_count].cidr_block, var.broker_host_number + floor(i / local.subnet_count))" in brokers
     assert module.locals()["cluster"] == '${join(",", [for m in local.cluster_members : "${m.id}=${m.address}"])}'
+
+
+# --- the cluster secret --------------------------------------------------------------------
+
+
+def test_the_cluster_secret_is_generated_once_stored_encrypted_and_passed_to_the_brokers(module):
+    (password,) = module.resources("random_password").values()
+    assert password["length"] >= 32, "felix refuses secrets under 32 bytes"
+    assert password["special"] is False
+    secrets = module.resources("aws_secretsmanager_secret")
+    assert set(secrets) == {"cluster"}
+    secret = secrets["cluster"]
+    # Secrets Manager encrypts every secret; with kms_key_arn, under the operator's key.
+    assert secret["kms_key_id"] == "${var.kms_key_arn}"
+    assert secret["recovery_window_in_days"] >= 7
+    version = module.resources("aws_secretsmanager_secret_version")["cluster"]
+    assert version["secret_id"] == "${aws_secretsmanager_secret.cluster.id}"
+    assert version["secret_string"] == "${random_password.cluster_secret.result}"
+    # No resource policy opens it to anyone else; only the broker role reads it.
+    assert "aws_secretsmanager_secret_policy" not in module.all_resource_types()
+    # Brokers boot after the secret exists, fetch it by ARN, and felix is started with it.
+    broker = module.resources("aws_instance")["broker"]
+    assert broker["depends_on"] == ["${aws_secretsmanager_secret_version.cluster}"]
+    assert "cluster_secret_arn = aws_secretsmanager_secret.cluster.arn" in module.locals()["user_data"]
+    unit = (TEMPLATES / "felix.service.tftpl").read_text()
+    assert "--cluster-secret-file /etc/felix/cluster.secret" in unit
+    assert "Environment=FELIX_AUTH=on" in unit
+    assert "${cluster_secret_arn}" in (TEMPLATES / "user-data.yaml.tftpl").read_text()
+    # The secret's value never reaches user data or a template.
+    for template in TEMPLATES.iterdir():
+        assert "random_password" not in template.read_text(), template.name
+    assert "random_password" not in module.locals()["user_data"]

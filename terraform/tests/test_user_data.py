@@ -21,6 +21,8 @@ from tftpl import render_file
 BINARY_URL = "s3://felix-artifacts-example/releases/felix-x86_64"
 REGION = "eu-west-1"
 BUCKET = "felix-demo-segments-20261201000000000000000001"
+SECRET_ARN = "arn:aws:secretsmanager:eu-west-1:123456789012:secret:demo-cluster-secret-20261201-AbCdEf"
+SECRET_FILE = "/etc/felix/cluster.secret"
 
 # examples/three-az: the VPC CIDR and its private /20s, as its main.tf computes them.
 EXAMPLE_VPC = ipaddress.ip_network("10.42.0.0/16")
@@ -112,6 +114,7 @@ def render_broker(module, mount, node_id, count=3, subnets=EXAMPLE_SUBNETS, tls=
         "felix_binary_sha256": "0" * 64,
         "tls_cert_s3_uri": tls[0] if tls else "",
         "tls_key_s3_uri": tls[1] if tls else "",
+        "cluster_secret_arn": SECRET_ARN,
         "region": REGION,
     }
     user_data = render_file(TEMPLATES / "user-data.yaml.tftpl", user_data_vars)
@@ -134,11 +137,27 @@ def unpack(user_data: str, root):
     return doc, written
 
 
-def check_config(felix_bin, config_path, cwd):
-    # Only the file may decide: no FELIX_* variable of the caller's environment.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FELIX_")}
+def service_invocation(unit: str):
+    """The arguments after the binary on felix.service's ExecStart line, and its Environment."""
+    (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    args = exec_start.removeprefix("ExecStart=").split()[1:]
+    env = dict(
+        pair.split("=", 1)
+        for line in unit.splitlines()
+        if line.startswith("Environment=")
+        for pair in line.removeprefix("Environment=").split()
+    )
+    return args, env
+
+
+def check_config(felix_bin, files, cwd):
+    """`felix --check-config` invoked as felix.service invokes felix, on the unpacked files."""
+    args, service_env = service_invocation(files["/etc/systemd/system/felix.service"].read_text())
+    args = [str(files[a]) if a in files else a for a in args]
+    # Only the unit and the file may decide: no FELIX_* variable of the caller's environment.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FELIX_")} | service_env
     return subprocess.run(
-        [str(felix_bin), "--config", str(config_path), "--check-config"],
+        [str(felix_bin), *args, "--check-config"],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -181,7 +200,7 @@ def test_rendered_user_data_gives_a_config_felix_accepts(module, felix_bin, tmp_
         user_data, toml_vars, _, _ = render_broker(module, mount, node_id, count=count, tls=tls)
         _, files = unpack(user_data, root)
 
-        result = check_config(felix_bin, files["/etc/felix/felix.toml"], root)
+        result = check_config(felix_bin, files, root)
         assert result.returncode == 0, f"node {node_id}: felix --check-config refused the rendered config:\n{result.stderr}"
         effective = tomllib.loads(result.stdout)
 
@@ -195,6 +214,9 @@ def test_rendered_user_data_gives_a_config_felix_accepts(module, felix_bin, tmp_
         assert effective["internal_addr"] == "0.0.0.0:5100"
         assert effective["fsync"] == "periodic"
         assert effective["cache_disk_bytes"] == 16 * 1024**3
+        # The internal network is authenticated with the secret fetched at boot.
+        assert effective["auth"] is True
+        assert effective["cluster_secret_file"] == SECRET_FILE
         if tls:
             assert effective["tls_cert"] == "/etc/felix/tls/broker.pem"
             assert effective["tls_key"] == "/etc/felix/tls/broker.key"
@@ -220,7 +242,7 @@ def test_cluster_list_has_one_entry_per_broker_and_each_node_its_own_id(module, 
         mount.mkdir(parents=True)
         user_data, _, _, _ = render_broker(module, mount, node_id, count=count)
         _, files = unpack(user_data, root)
-        result = check_config(felix_bin, files["/etc/felix/felix.toml"], root)
+        result = check_config(felix_bin, files, root)
         assert result.returncode == 0, result.stderr
         effective = tomllib.loads(result.stdout)
         cluster = cluster_of(effective)
@@ -246,7 +268,8 @@ def test_systemd_unit_restarts_and_limits_felix(module, tmp_path):
     user_data, _, _, _ = render_broker(module, "/var/lib/felix", 1)
     doc, files = unpack(user_data, tmp_path)
     unit = files["/etc/systemd/system/felix.service"].read_text()
-    assert "ExecStart=/usr/local/bin/felix --config /etc/felix/felix.toml\n" in unit
+    assert f"ExecStart=/usr/local/bin/felix --config /etc/felix/felix.toml --cluster-secret-file {SECRET_FILE}\n" in unit
+    assert "Environment=FELIX_AUTH=on\n" in unit
     assert "ExecStartPre=/usr/bin/mountpoint -q /var/lib/felix\n" in unit
     assert "Restart=always\n" in unit
     assert "RestartPreventExitStatus=2\n" in unit  # invalid configuration: do not flap
@@ -258,6 +281,8 @@ def test_systemd_unit_restarts_and_limits_felix(module, tmp_path):
     assert any(u["name"] == "felix" and u["system"] for u in doc["users"] if isinstance(u, dict))
     commands = [" ".join(c) if isinstance(c, list) else c for c in doc["runcmd"]]
     assert any("/usr/local/sbin/felix-install" in c for c in commands)
+    fetch = [i for i, c in enumerate(commands) if "/usr/local/sbin/felix-fetch-secret" in c]
+    assert fetch and fetch[0] < commands.index("systemctl enable --now felix.service")
     assert "systemctl enable --now felix.service" in commands
 
 
@@ -271,7 +296,7 @@ def test_user_data_fits_the_ec2_limit(module):
 def test_boot_scripts_are_valid_bash(module, tmp_path):
     user_data, _, _, _ = render_broker(module, "/var/lib/felix", 1)
     _, files = unpack(user_data, tmp_path)
-    for script in ("/usr/local/sbin/felix-prepare-disk", "/usr/local/sbin/felix-install"):
+    for script in ("/usr/local/sbin/felix-prepare-disk", "/usr/local/sbin/felix-install", "/usr/local/sbin/felix-fetch-secret"):
         path = files[script]
         assert path.read_text().startswith("#!/bin/bash\n") and "set -euo pipefail\n" in path.read_text()
         assert path.stat().st_mode & stat.S_IXUSR
@@ -335,3 +360,52 @@ def test_felix_install_refuses_a_binary_whose_checksum_differs(module, felix_bin
     assert result.returncode != 0
     assert "does not match SHA-256" in result.stderr
     assert list(bin_dir.iterdir()) == []  # nothing installed, nothing left behind
+
+
+def run_fetch_secret(files, tmp_path, secret):
+    """felix-fetch-secret with an `aws` that answers get-secret-value with `secret` (only for
+    the ARN in install.env) and the output under tmp_path."""
+    tools = tmp_path / "tools"
+    tools.mkdir(exist_ok=True)
+    aws = tools / "aws"
+    aws.write_text(
+        "#!/bin/bash\nset -e\n"
+        '[ "$1 $2" = "secretsmanager get-secret-value" ] || exit 64\n'
+        f'[[ " $* " == *" --secret-id {SECRET_ARN} "* ]] || exit 65\n'
+        f"echo '{secret}'\n"
+    )
+    aws.chmod(0o755)
+    out = tmp_path / "etc-felix" / "cluster.secret"
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{tools}:{env['PATH']}",
+        FELIX_INSTALL_ENV=str(files["/etc/felix/install.env"]),
+        FELIX_SECRET_FILE=str(out),
+        FELIX_SECRET_OWNER="",
+    )
+    result = subprocess.run(
+        ["bash", str(files["/usr/local/sbin/felix-fetch-secret"])], capture_output=True, text=True, env=env, timeout=60
+    )
+    return result, out
+
+
+def test_felix_fetch_secret_writes_the_secret_0600_where_the_unit_reads_it(module, tmp_path):
+    user_data, _, _, _ = render_broker(module, "/var/lib/felix", 1)
+    _, files = unpack(user_data, tmp_path)
+    assert f"FELIX_CLUSTER_SECRET_ARN='{SECRET_ARN}'" in files["/etc/felix/install.env"].read_text()
+    assert f"out=${{FELIX_SECRET_FILE:-{SECRET_FILE}}}" in files["/usr/local/sbin/felix-fetch-secret"].read_text()
+    secret = "A" * 64
+    result, out = run_fetch_secret(files, tmp_path, secret)
+    assert result.returncode == 0, result.stderr
+    assert out.read_text().strip() == secret
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert [p.name for p in out.parent.iterdir()] == ["cluster.secret"]  # no temporary file left
+
+
+def test_felix_fetch_secret_refuses_a_short_secret_and_writes_nothing(module, tmp_path):
+    user_data, _, _, _ = render_broker(module, "/var/lib/felix", 1)
+    _, files = unpack(user_data, tmp_path)
+    result, out = run_fetch_secret(files, tmp_path, "too-short")
+    assert result.returncode != 0
+    assert "shorter than 32 bytes" in result.stderr
+    assert list(out.parent.iterdir()) == []

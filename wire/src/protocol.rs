@@ -320,7 +320,56 @@ pub enum Request {
         features: u64,
         #[serde(default)]
         client: String,
+        /// A Felix token (docs/security.md). Required, here or by `Authenticate`, before any
+        /// other request when the broker runs with auth on; ignored with auth off.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
     },
+    /// Presents a (fresh) token on a live connection: it replaces the connection's token
+    /// for every later request. Answered `Done`, or `unauthorized` (and the connection keeps
+    /// the token it had).
+    Authenticate {
+        token: String,
+    },
+    /// Mints a token for `tenant` (needs `rbac.manage` on the tenant). With neither `roles`
+    /// nor `allow`, the token gets the built-in `tenant-admin` role. Answered `Token`.
+    MintToken {
+        tenant: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subject: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        roles: Vec<String>,
+        /// `action:pattern` grants.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        allow: Vec<String>,
+        /// Lifetime in seconds (default one hour, at most 90 days).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ttl_secs: Option<u64>,
+    },
+    /// Revokes a token by its id (`jti`): refused everywhere once applied.
+    RevokeToken {
+        jti: String,
+    },
+    /// Creates or replaces a role (needs `rbac.manage` on `*`).
+    PutRole {
+        name: String,
+        allow: Vec<String>,
+    },
+    ListRoles {},
+    DeleteRole {
+        name: String,
+    },
+    /// Binds a subject of a tenant to a role (needs `rbac.manage` on the tenant).
+    BindRole {
+        tenant: String,
+        subject: String,
+        role: String,
+    },
+    /// Adds a new signing key; the previous ones verify until their tokens have expired
+    /// (needs `cluster.manage`). Answered `SigningKey`.
+    RotateKey {},
     CreateTenant {
         name: String,
     },
@@ -426,7 +475,30 @@ pub enum Response {
         shards: Vec<ShardRoute>,
         brokers: Vec<BrokerRoute>,
     },
+    /// A minted token, its id and its expiry (seconds since the Unix epoch).
+    Token {
+        token: String,
+        jti: String,
+        expires_at: u64,
+    },
+    Roles {
+        roles: Vec<RoleInfo>,
+    },
+    /// The key id new tokens are signed with.
+    SigningKey {
+        kid: String,
+    },
     Error(ErrorBody),
+}
+
+/// A role and what it grants (`action:pattern`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoleInfo {
+    pub name: String,
+    pub allow: Vec<String>,
+    /// Defined by Felix (`tenant-admin`, `cluster-admin`): cannot be changed.
+    #[serde(default)]
+    pub builtin: bool,
 }
 
 /// One shard's placement as a client routes by it.
@@ -529,6 +601,9 @@ pub mod codes {
     /// `corrupt_object` for the object store); the message names the shard and the file or
     /// object. Not retryable: the same read meets the same damage.
     pub const CORRUPT_DATA: u16 = 24;
+    /// The token is valid but does not grant the action (reason `forbidden`); the message
+    /// names the action and nothing of the resource. Not retryable with the same token.
+    pub const FORBIDDEN: u16 = 25;
 }
 
 impl ErrorBody {

@@ -21,12 +21,15 @@ type Slot = Arc<tokio::sync::Mutex<Option<Connection>>>;
 
 pub(crate) struct Pool {
     config: ClientConfig,
+    /// The token new connections present: `config.token` until `set_token` replaces it.
+    token: Mutex<Option<String>>,
     slots: Mutex<HashMap<u64, Slot>>,
 }
 
 impl Pool {
     pub(crate) fn new(config: ClientConfig) -> Pool {
         Pool {
+            token: Mutex::new(config.token.clone()),
             config,
             slots: Mutex::new(HashMap::new()),
         }
@@ -46,7 +49,9 @@ impl Pool {
         let limit = CONNECT_TIMEOUT
             .min(self.config.request_timeout)
             .min(deadline.remaining());
-        match tokio::time::timeout(limit, Connection::connect(addr, self.config.clone())).await {
+        let mut config = self.config.clone();
+        config.token = self.token.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match tokio::time::timeout(limit, Connection::connect(addr, config)).await {
             Ok(result) => result,
             Err(_) => Err(ClientError::Connect(format!(
                 "{addr}: no answer within {limit:?}"
@@ -100,6 +105,15 @@ impl Pool {
         };
         ids.sort_unstable();
         ids.into_iter().filter_map(|id| self.open(id)).collect()
+    }
+
+    /// Presents `token` on every open connection, and in the hello of every later one.
+    pub(crate) async fn set_token(&self, token: &str) -> Result<(), ClientError> {
+        *self.token.lock().unwrap_or_else(|e| e.into_inner()) = Some(token.to_owned());
+        for conn in self.open_all() {
+            conn.set_token(token).await?;
+        }
+        Ok(())
     }
 
     /// Keeps `client` as its broker's connection, unless that slot holds an open one.

@@ -1,7 +1,8 @@
 //! A cluster client's publishes: each shard's batch goes to the shard's leader, and is sent
 //! again while the failure allows it (`retry` decides) and `request_timeout` has not passed.
 //!
-//! Invariant: a batch is re-sent only when the broker certainly did not act on it, unless
+//! Invariant: a batch is re-sent only when the broker certainly did not act on it (a
+//! `tenant_quota` refusal is waited out for its `retry_after_ms`), unless
 //! the caller is an idempotent producer (whose re-sends the leader recognises by producer
 //! id and sequence); a try in flight to a leader that the rest of the cluster says has been
 //! replaced is given up as an unknown outcome rather than waited on until the QUIC idle
@@ -266,9 +267,14 @@ impl Client {
             if !may_retry(&failure.error, failure.sent, idempotent) {
                 return Err(give_up(failure.error, unknown));
             }
-            let hinted = match self.learn(key, shard, &failure, &deadline).await {
-                Ok(hinted) => hinted,
-                Err(e) => return Err(give_up(e, unknown)),
+            // Over its tenant's quota the route was right: wait as asked, re-route nothing.
+            let hinted = if retry::over_quota(&failure.error) {
+                false
+            } else {
+                match self.learn(key, shard, &failure, &deadline).await {
+                    Ok(hinted) => hinted,
+                    Err(e) => return Err(give_up(e, unknown)),
+                }
             };
             let wait = if hinted && !hinted_before {
                 Duration::ZERO

@@ -1,8 +1,10 @@
 //! What a cluster client may retry, and how long it waits between tries.
 //!
 //! Invariant: a request is re-sent only when the broker certainly did not act on it (it
-//! refused: `not_leader`, `shard_unavailable`, `metadata_unavailable`; or it never got the
-//! whole request: no connection, no stream, the frame not written) — unless the caller says
+//! refused: `not_leader`, `shard_unavailable`, `metadata_unavailable`, or `overloaded`
+//! for its tenant's publish quota, `tenant_quota`, which is checked before anything is
+//! queued; or it never got the whole request: no connection, no stream, the frame not
+//! written) — unless the caller says
 //! the request is idempotent, in which case an unknown outcome (connection lost after
 //! sending, timeout, `quorum_timeout`) is retried too. Waits go 100 ms, 200 ms, ... up to
 //! 1 s between tries (or longer when the broker asks with `retry_after_ms`), and no try
@@ -39,6 +41,7 @@ pub(crate) fn classify(error: &ClientError, sent: bool) -> Verdict {
             codes::NOT_LEADER | codes::SHARD_UNAVAILABLE | codes::METADATA_UNAVAILABLE => {
                 Verdict::Refused
             }
+            codes::OVERLOADED if over_quota(error) => Verdict::Refused,
             codes::QUORUM_TIMEOUT => Verdict::Ambiguous,
             _ => Verdict::Final,
         },
@@ -47,6 +50,13 @@ pub(crate) fn classify(error: &ClientError, sent: bool) -> Verdict {
         ClientError::Transport(_) | ClientError::Timeout => Verdict::Ambiguous,
         _ => Verdict::Final,
     }
+}
+
+/// Whether the broker refused the request for its tenant's publish quota: nothing was
+/// queued, the route is right, and `retry_after_ms` says when it will fit.
+pub(crate) fn over_quota(error: &ClientError) -> bool {
+    matches!(error, ClientError::Broker(body)
+        if body.code == codes::OVERLOADED && body.reason == "tenant_quota")
 }
 
 /// A copy of an error whose outcome is unknown (those kinds carry plain data; others are
@@ -176,6 +186,7 @@ mod tests {
             broker(codes::SHARD_UNAVAILABLE, "fenced"),
             broker(codes::SHARD_UNAVAILABLE, "no_leader"),
             broker(codes::METADATA_UNAVAILABLE, "metadata_unavailable"),
+            broker(codes::OVERLOADED, "tenant_quota"),
             ClientError::Connect("refused".into()),
         ] {
             assert_eq!(classify(&e, true), Verdict::Refused, "{e}");
@@ -210,6 +221,8 @@ mod tests {
             broker(codes::UNKNOWN_STREAM, "unknown_stream"),
             broker(codes::RECORD_TOO_LARGE, "record_too_large"),
             broker(codes::OUT_OF_ORDER_SEQUENCE, "out_of_order_sequence"),
+            // Other overloads are left to the caller, who chose how hard to push.
+            broker(codes::OVERLOADED, "publish_queue_full"),
             ClientError::InvalidArgument("too big".into()),
             ClientError::Protocol("garbage".into()),
         ] {

@@ -16,11 +16,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 mod cluster;
+mod secret;
 mod settings;
 mod sources;
 mod validate;
 
 pub use cluster::parse_cluster;
+pub use secret::ClusterSecret;
 pub use settings::{Args, BrokerConfig};
 pub use sources::{parse_bool, without_env};
 
@@ -122,6 +124,16 @@ impl BrokerConfig {
             .with_defaults()?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// The per-tenant publish quotas the three `tenant_publish_*` settings describe.
+    pub fn quota_limits(&self) -> Result<crate::quota::QuotaLimits, ConfigError> {
+        crate::quota::QuotaLimits::parse(
+            self.tenant_publish_bytes_per_sec.as_deref(),
+            self.tenant_publish_msgs_per_sec.as_deref(),
+            self.tenant_publish_quotas.as_deref(),
+        )
+        .map_err(|e| invalid(e.setting, e.message))
     }
 
     /// The shard logs' fsync policy. `fsync` is validated on load; an invalid value set

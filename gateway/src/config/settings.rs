@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::cluster::{cluster_serde, listen_addr, parse_cluster};
+use super::secret::{ClusterSecret, parse_secret};
 use super::sources::parse_bool;
 use super::{
     CONFIG_ENV, ConfigError, MIB, all_loopback, at_least_one, default_object_store, ip_port,
@@ -380,6 +381,40 @@ settings! {
     #[arg(env = "FELIX_PUB_INGRESS_WAIT", value_name = "BOOL", value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     pub_ingress_wait: bool = false;
 
+    /// Record-batch bytes a second each tenant may publish through this broker (spec:
+    /// "Quota Enforcement"): a number, or one with its unit (`1MiB/s`, `500KB/s`), or
+    /// `unlimited`.
+    ///
+    /// A token bucket per tenant holds one second of it; an acknowledged publish over it is
+    /// refused `overloaded` with reason `tenant_quota` and `retry_after_ms`, a
+    /// fire-and-forget one is shed, a Kafka produce is throttled (`throttle_time_ms`). The
+    /// bytes are the encoded batches as sent. Per broker. See docs/operations.md, "Quotas".
+    ///
+    /// Default: unset (no limit)
+    #[arg(env = "FELIX_TENANT_PUBLISH_BYTES_PER_SEC", value_name = "RATE")]
+    tenant_publish_bytes_per_sec: String;
+
+    /// Records a second each tenant may publish through this broker: a number (`5000` or
+    /// `5000msg/s`) or `unlimited`.
+    ///
+    /// Checked as `tenant_publish_bytes_per_sec` is, in a bucket of its own; a publish must
+    /// fit both.
+    ///
+    /// Default: unset (no limit)
+    #[arg(env = "FELIX_TENANT_PUBLISH_MSGS_PER_SEC", value_name = "RATE")]
+    tenant_publish_msgs_per_sec: String;
+
+    /// Per-tenant publish rates overriding the two defaults above:
+    /// `TENANT=RATE,...` where `RATE` is a byte rate (`B/s`, `KB/s`, `MB/s`, `GB/s`,
+    /// `KiB/s`, `MiB/s`, `GiB/s`), a record rate (`msg/s`) or `unlimited` (both kinds).
+    ///
+    /// A tenant takes its own rate for each kind it names and the default for the other;
+    /// name it twice for both kinds, e.g. `acme=1MiB/s,acme=5000msg/s,free-tier=100KiB/s`.
+    ///
+    /// Default: empty
+    #[arg(env = "FELIX_TENANT_PUBLISH_QUOTAS", value_name = "TENANT=RATE,...")]
+    tenant_publish_quotas: String;
+
     /// Largest protocol frame (header + body) a client may send; larger frames are refused with
     /// `frame_too_large`.
     ///
@@ -497,4 +532,43 @@ settings! {
     /// Default: `false`
     #[arg(env = "FELIX_INSECURE_NO_AUTH", value_name = "BOOL", value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     insecure_no_auth: bool = false;
+
+    /// File holding the cluster secret, which signs every request between brokers (Raft,
+    /// replication, forwarding, leases; docs/internal-network.md); at least 32 bytes,
+    /// surrounding whitespace ignored, every broker the same. Keep it mode 0600.
+    ///
+    /// With `auth` on and no secret: a single node generates one into
+    /// `<data_dir>/cluster.secret` at its first start; a multi-node cluster refuses to start.
+    /// With `auth` off, a secret given is used all the same.
+    ///
+    /// Default: none
+    #[arg(env = "FELIX_CLUSTER_SECRET_FILE", value_name = "FILE")]
+    cluster_secret_file: PathBuf;
+
+    /// The cluster secret itself, instead of `cluster_secret_file` (not both).
+    ///
+    /// Never printed (`--check-config` leaves it out). Prefer the variable or the file to the
+    /// flag, which other local users can see in the process list.
+    ///
+    /// Default: none
+    #[arg(env = "FELIX_CLUSTER_SECRET", value_name = "SECRET", value_parser = parse_secret)]
+    #[serde(skip_serializing)]
+    cluster_secret: ClusterSecret;
+
+    /// During a secret rotation: file holding the previous cluster secret, still accepted
+    /// from peers and signed with as well, so brokers not yet given the new secret accept
+    /// this one's requests.
+    ///
+    /// Remove it once every broker has the new secret.
+    ///
+    /// Default: none
+    #[arg(env = "FELIX_CLUSTER_SECRET_PREVIOUS_FILE", value_name = "FILE")]
+    cluster_secret_previous_file: PathBuf;
+    /// With auth on, whether the admin API's `/metrics` asks for a token too (one granting
+    /// `cluster.manage`). Off, Prometheus scrapes it without one; its series carry tenant
+    /// names, so close it when the admin port is reachable by tenants.
+    ///
+    /// Default: `false`
+    #[arg(env = "FELIX_METRICS_REQUIRE_AUTH", value_name = "BOOL", value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
+    metrics_require_auth: bool = false;
 }

@@ -31,6 +31,9 @@ fn load_ok(args: &Args, vars: &HashMap<String, String>) -> BrokerConfig {
     load(args, vars).unwrap_or_else(|e| panic!("config refused: {e}"))
 }
 
+/// A cluster secret of the shortest length accepted.
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
 fn refused(args: &Args, vars: &HashMap<String, String>) -> String {
     match load(args, vars) {
         Ok(c) => panic!("config accepted: {c:?}"),
@@ -140,8 +143,21 @@ fn every_documented_env_var_is_read() {
         ("FELIX_META_SNAPSHOT_LOGS", "19"),
         ("FELIX_SEGMENT_BYTES", "20"),
         ("FELIX_SEGMENT_MS", "21"),
+        ("FELIX_CLUSTER_SECRET_FILE", "/etc/felix/cluster.secret"),
+        (
+            "FELIX_CLUSTER_SECRET_PREVIOUS_FILE",
+            "/etc/felix/cluster.secret.old",
+        ),
     ]);
     let c = load_ok(&Args::default(), &vars);
+    assert_eq!(
+        c.cluster_secret_file,
+        Some(PathBuf::from("/etc/felix/cluster.secret"))
+    );
+    assert_eq!(
+        c.cluster_secret_previous_file,
+        Some(PathBuf::from("/etc/felix/cluster.secret.old"))
+    );
     assert_eq!(c.node_id, 2);
     assert_eq!(c.cluster.len(), 2);
     assert_eq!(c.internal_addr.to_string(), "127.0.0.1:7102");
@@ -268,9 +284,11 @@ fn internal_addr_follows_this_nodes_cluster_entry_unless_set() {
     let cluster = "--cluster=1=127.0.0.1:7101,2=127.0.0.1:7102";
     let c = load_ok(&flags(&["--node-id=1", cluster]), &HashMap::new());
     assert_eq!(c.internal_addr.to_string(), "127.0.0.1:7101");
+    // Off loopback, auth is on, and a cluster that authenticates needs a secret.
+    let secret = env(&[("FELIX_CLUSTER_SECRET", SECRET)]);
     let c = load_ok(
         &flags(&["--node-id=1", cluster, "--internal-addr=0.0.0.0:7101"]),
-        &HashMap::new(),
+        &secret,
     );
     assert_eq!(c.internal_addr.to_string(), "0.0.0.0:7101");
     assert_eq!(
@@ -346,6 +364,28 @@ fn a_bad_fsync_mode_is_refused() {
         &env(&[("FELIX_DURABLE_FSYNC_MODE", "never")]),
     );
     assert!(msg.contains("FELIX_DURABLE_FSYNC_MODE"), "{msg}");
+}
+
+#[test]
+fn a_bad_publish_quota_is_refused_naming_its_variable() {
+    for (var, value) in [
+        ("FELIX_TENANT_PUBLISH_BYTES_PER_SEC", "fast"),
+        ("FELIX_TENANT_PUBLISH_MSGS_PER_SEC", "0"),
+        ("FELIX_TENANT_PUBLISH_QUOTAS", "acme=100"),
+    ] {
+        let msg = refused(&Args::default(), &env(&[(var, value)]));
+        assert!(msg.contains(var), "{msg}");
+    }
+    let ok = load_ok(
+        &Args::default(),
+        &env(&[
+            ("FELIX_TENANT_PUBLISH_BYTES_PER_SEC", "1MiB/s"),
+            ("FELIX_TENANT_PUBLISH_QUOTAS", "acme=5000msg/s"),
+        ]),
+    );
+    let limits = ok.quota_limits().expect("parsed");
+    assert_eq!(limits.of("acme").bytes, Some(1 << 20));
+    assert_eq!(limits.of("acme").records, Some(5000));
 }
 
 #[test]
@@ -584,4 +624,61 @@ fn auth_is_off_on_loopback_on_elsewhere_and_never_silently_off_on_a_network() {
     assert!(!c.auth && c.insecure_no_auth);
     let c = load_ok(&flags(&[]), &env(&[("FELIX_AUTH", "on")]));
     assert!(c.auth, "auth on by request on loopback");
+}
+
+#[test]
+fn a_cluster_that_authenticates_needs_one_secret_of_at_least_32_bytes() {
+    let cluster = "--cluster=1=127.0.0.1:7101,2=127.0.0.1:7102";
+    let none = HashMap::new();
+    let msg = refused(&flags(&["--node-id=1", cluster, "--auth=on"]), &none);
+    assert!(
+        msg.starts_with("cluster_secret_file")
+            && msg.contains("give every broker the same cluster secret"),
+        "{msg}"
+    );
+    // A single node makes its own; without auth a cluster on loopback needs none.
+    load_ok(&flags(&["--auth=on"]), &none);
+    load_ok(&flags(&["--node-id=1", cluster]), &none);
+
+    let c = load_ok(
+        &flags(&["--node-id=1", cluster, "--auth=on"]),
+        &env(&[("FELIX_CLUSTER_SECRET", SECRET)]),
+    );
+    assert_eq!(
+        c.cluster_secret.as_ref().map(|s| s.expose()),
+        Some(SECRET.as_bytes())
+    );
+    let c = load_ok(
+        &flags(&["--node-id=1", cluster, "--cluster-secret-file=/etc/felix/s"]),
+        &none,
+    );
+    assert_eq!(c.cluster_secret_file, Some(PathBuf::from("/etc/felix/s")));
+
+    let short = &SECRET[1..];
+    let msg = refused(&flags(&[]), &env(&[("FELIX_CLUSTER_SECRET", short)]));
+    assert!(
+        msg.starts_with("cluster_secret") && msg.contains("31 bytes"),
+        "{msg}"
+    );
+    assert!(!msg.contains(short), "the refusal shows the secret: {msg}");
+    let msg = refused(
+        &flags(&["--cluster-secret-file=/etc/felix/s"]),
+        &env(&[("FELIX_CLUSTER_SECRET", SECRET)]),
+    );
+    assert!(msg.contains("give one"), "{msg}");
+    let msg = refused(&flags(&["--cluster-secret-previous-file=/old"]), &none);
+    assert!(msg.starts_with("cluster_secret_previous_file"), "{msg}");
+}
+
+#[test]
+fn the_cluster_secret_is_never_printed() {
+    let c = load_ok(&flags(&[]), &env(&[("FELIX_CLUSTER_SECRET", SECRET)]));
+    assert!(c.cluster_secret.is_some());
+    let toml = c.to_toml();
+    let debug = format!("{c:?}");
+    for shown in [&toml, &debug] {
+        assert!(!shown.contains(SECRET), "{shown}");
+    }
+    assert!(!toml.contains("cluster_secret"), "{toml}");
+    assert!(debug.contains("<redacted>"), "{debug}");
 }

@@ -6,6 +6,8 @@
 
 use std::str::FromStr;
 
+use felix_meta::network::MIN_SECRET_BYTES;
+
 use super::cluster::check_host_port;
 use super::{BrokerConfig, ConfigError, invalid};
 
@@ -61,6 +63,7 @@ impl BrokerConfig {
         }
         felix_hot::FsyncPolicy::from_str(&self.fsync).map_err(|e| invalid("fsync", e))?;
         self.check_each()?;
+        self.quota_limits()?;
         if self.kafka_default_partitions > 4096 {
             return Err(invalid(
                 "kafka_default_partitions",
@@ -103,12 +106,56 @@ impl BrokerConfig {
                 ),
             ));
         }
+        self.check_cluster_secret()?;
         if self.max_batch_bytes > self.max_frame_bytes {
             return Err(invalid(
                 "max_batch_bytes",
                 format!(
                     "{} exceeds max_frame_bytes {}: a batch must fit in a frame",
                     self.max_batch_bytes, self.max_frame_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// One source for the secret, long enough, and given to every member of a cluster that
+    /// authenticates (a member cannot make one up: its peers would not know it).
+    fn check_cluster_secret(&self) -> Result<(), ConfigError> {
+        let given = self.cluster_secret.is_some() || self.cluster_secret_file.is_some();
+        if self.cluster_secret.is_some() && self.cluster_secret_file.is_some() {
+            return Err(invalid(
+                "cluster_secret",
+                "is set as well as cluster_secret_file (--cluster-secret-file); give one",
+            ));
+        }
+        if let Some(secret) = &self.cluster_secret
+            && secret.expose().len() < MIN_SECRET_BYTES
+        {
+            return Err(invalid(
+                "cluster_secret",
+                format!(
+                    "is {} bytes; it must be at least {MIN_SECRET_BYTES} (e.g. `openssl rand \
+                     -hex 32`)",
+                    secret.expose().len()
+                ),
+            ));
+        }
+        if self.cluster_secret_previous_file.is_some() && !given {
+            return Err(invalid(
+                "cluster_secret_previous_file",
+                "is set without a current secret (cluster_secret_file or FELIX_CLUSTER_SECRET)",
+            ));
+        }
+        if self.auth && !given && self.cluster.len() > 1 {
+            return Err(invalid(
+                "cluster_secret_file",
+                format!(
+                    "is not set, and auth is on in a cluster of {} brokers: give every broker \
+                     the same cluster secret (at least {MIN_SECRET_BYTES} bytes) with \
+                     --cluster-secret-file FILE or FELIX_CLUSTER_SECRET; see \
+                     docs/internal-network.md",
+                    self.cluster.len()
                 ),
             ));
         }

@@ -134,6 +134,9 @@ struct Session {
     /// The address the client reached us on: what Metadata and FindCoordinator advertise.
     advertised: SocketAddr,
     client_id: String,
+    /// How long to read nothing more after this answer: a produce over its tenant's publish
+    /// quota (Kafka's KIP-219 mute).
+    muted_for: Duration,
 }
 
 /// Serves one connection until it ends.
@@ -157,6 +160,7 @@ pub async fn serve(
         peer,
         advertised,
         client_id: String::new(),
+        muted_for: Duration::ZERO,
     };
     loop {
         let frame = tokio::select! {
@@ -202,6 +206,17 @@ pub async fn serve(
             Err(e) => {
                 warn!(%peer, client = session.client_id, error = %format!("{e:#}"), "closing a Kafka connection");
                 return;
+            }
+        }
+        // Throttled for its tenant's publish quota: the answer (with throttle_time_ms) is
+        // out; read nothing more until the throttle has passed, so that a client that
+        // ignores it slows down all the same. The request's bytes are no longer in flight.
+        let mute = std::mem::take(&mut session.muted_for);
+        if !mute.is_zero() {
+            drop(_inflight);
+            tokio::select! {
+                _ = tokio::time::sleep(mute) => {}
+                _ = shutdown.wait_for(|s| *s) => return,
             }
         }
     }
@@ -276,7 +291,9 @@ async fn serve_request(
         .await),
         ApiKey::Produce => {
             let r: ProduceRequest = api::decode_body(buf, api, version)?;
-            match produce::produce(kafka, r, version).await {
+            let (answer, mute) = produce::produce(kafka, r, version).await;
+            session.muted_for = mute;
+            match answer {
                 Some(answer) => Some(api::encode_response(cid, version, &answer)?),
                 None => None,
             }

@@ -40,7 +40,10 @@ pub fn kafka_error(e: &ErrorBody) -> ResponseError {
         }
         codes::OUT_OF_ORDER_SEQUENCE => ResponseError::OutOfOrderSequenceNumber,
         codes::ALREADY_EXISTS => ResponseError::TopicAlreadyExists,
-        codes::UNAUTHORIZED => ResponseError::TopicAuthorizationFailed,
+        // A token problem is an authentication failure to a Kafka client: it should log in
+        // again, not conclude that the topic is off limits.
+        codes::UNAUTHORIZED => ResponseError::SaslAuthenticationFailed,
+        codes::FORBIDDEN => ResponseError::TopicAuthorizationFailed,
         codes::INVALID_ARGUMENT if e.reason == "ephemeral_stream" => {
             ResponseError::InvalidTopicException
         }
@@ -81,6 +84,14 @@ mod tests {
         assert_eq!(
             kafka_error(&e(codes::OUT_OF_ORDER_SEQUENCE, "invalid_producer_epoch")),
             ResponseError::InvalidProducerEpoch
+        );
+        assert_eq!(
+            kafka_error(&e(codes::FORBIDDEN, "forbidden")),
+            ResponseError::TopicAuthorizationFailed
+        );
+        assert_eq!(
+            kafka_error(&e(codes::UNAUTHORIZED, "token_expired")),
+            ResponseError::SaslAuthenticationFailed
         );
         let overloaded = e(codes::OVERLOADED, "publish_queue_full").retry_after(50);
         assert!(kafka_error(&overloaded).is_retriable());

@@ -151,6 +151,15 @@ impl KafkaListener {
                 }
             };
             match accepted {
+                Ok((stream, peer)) if self.kafka.broker.access().enabled() => {
+                    // Kafka clients present no Felix token until the SASL listener exists
+                    // (docs/security.md, "Kafka listener"): with auth on, serving them would
+                    // open every tenant's streams, so they are closed at accept.
+                    self.kafka.broker.metrics().auth_refused("missing_token");
+                    debug!(%peer, "closing a Kafka connection: auth is on and this listener \
+                        has no SASL yet");
+                    drop(stream);
+                }
                 Ok((stream, peer)) => {
                     use std::sync::atomic::Ordering;
                     let open = self.kafka.connections.fetch_add(1, Ordering::AcqRel);

@@ -6,6 +6,13 @@
 //! to this broker's log under the fsync policy; Quorum: held by a majority, once replication
 //! exists). Idempotent producers' sequences are checked by the broker against the batch
 //! headers; transactional batches are refused (no transactions yet).
+//!
+//! A produce is charged to the tenant's publish quota here and never refused for it: as a
+//! Kafka broker does (KIP-219), Felix stores it, answers with `throttle_time_ms` = how long
+//! until the tenant's debt is paid back, and reads nothing more from the connection for that
+//! long, so librdkafka slows down without an error reaching the application.
+
+use std::time::Duration;
 
 use bytes::Bytes;
 use felix_wire::HeaderIter;
@@ -21,6 +28,8 @@ use kafka_protocol::protocol::StrBytes;
 use super::Kafka;
 use super::errors::{kafka_error, throttle_ms};
 use super::topics::resolve;
+use crate::publish::{Publisher, QuotaCharge};
+use crate::quota::{self, PublishCost};
 
 /// The outcome for one partition.
 struct Outcome {
@@ -28,6 +37,8 @@ struct Outcome {
     result: Result<u64, (ResponseError, Option<String>)>,
     log_start: i64,
     throttle_ms: i32,
+    /// How long the connection stays muted for the tenant's publish quota.
+    mute: Duration,
 }
 
 impl Outcome {
@@ -37,6 +48,7 @@ impl Outcome {
             result: Err((error, message.into())),
             log_start: -1,
             throttle_ms: 0,
+            mute: Duration::ZERO,
         }
     }
 }
@@ -55,12 +67,13 @@ fn check_batches(records: &Bytes) -> Result<(), (ResponseError, Option<String>)>
     Ok(())
 }
 
-/// Serves a Produce request. `None` means no response is sent (`acks=0`).
+/// Serves a Produce request: the response (`None`: none is sent, `acks=0`) and how long the
+/// connection stays muted after it for the tenant's publish quota.
 pub async fn produce(
     kafka: &Kafka,
     request: ProduceRequest,
     version: i16,
-) -> Option<ProduceResponse> {
+) -> (Option<ProduceResponse>, Duration) {
     let ack = match request.acks {
         0 => Some(AckMode::None),
         1 | -1 => Some(AckMode::Batch),
@@ -72,6 +85,7 @@ pub async fn produce(
         .is_some_and(|t| !t.is_empty());
     let s = &kafka.settings;
     let mut topics = Vec::with_capacity(request.topic_data.len());
+    let mut mute = Duration::ZERO;
     for topic in request.topic_data {
         let name = topic.name.to_string();
         let shape = match ack {
@@ -112,11 +126,30 @@ pub async fn produce(
                     return Outcome::error(index, error, message);
                 }
                 let shard = index as u32;
-                match kafka
+                let quota_throttle = kafka
                     .broker
-                    .publish(&s.tenant, &s.namespace, &name, shard, ack, records)
-                    .await
-                {
+                    .quotas
+                    .take_throttled(&s.tenant, PublishCost::of(&records));
+                if !quota_throttle.is_zero() {
+                    quota::count(&kafka.broker.node.metrics, &s.tenant, "kafka_throttled");
+                }
+                let quota_ms = i32::try_from(quota_throttle.as_millis()).unwrap_or(i32::MAX);
+                let published = kafka
+                    .broker
+                    .publish_by(
+                        Publisher {
+                            token: None,
+                            quota: QuotaCharge::Charged,
+                        },
+                        &s.tenant,
+                        &s.namespace,
+                        &name,
+                        shard,
+                        ack,
+                        records,
+                    )
+                    .await;
+                let mut outcome = match published {
                     Ok(published) => {
                         let log_start = kafka
                             .broker
@@ -127,17 +160,22 @@ pub async fn produce(
                             result: Ok(published.map_or(0, |(base, _)| base)),
                             log_start,
                             throttle_ms: 0,
+                            mute: Duration::ZERO,
                         }
                     }
                     Err(e) => refused(index, &e),
-                }
+                };
+                outcome.throttle_ms = outcome.throttle_ms.max(quota_ms);
+                outcome.mute = quota_throttle;
+                outcome
             }
         });
         let outcomes = join_all(partitions).await;
+        mute = outcomes.iter().map(|o| o.mute).fold(mute, Duration::max);
         topics.push((topic.name, outcomes));
     }
     if ack == Some(AckMode::None) {
-        return None;
+        return (None, mute);
     }
     let mut throttle = 0;
     let responses = topics
@@ -169,11 +207,10 @@ pub async fn produce(
                 .with_partition_responses(partitions)
         })
         .collect();
-    Some(
-        ProduceResponse::default()
-            .with_responses(responses)
-            .with_throttle_time_ms(throttle),
-    )
+    let response = ProduceResponse::default()
+        .with_responses(responses)
+        .with_throttle_time_ms(throttle);
+    (Some(response), mute)
 }
 
 /// A refused publish: its Kafka code and, when Felix said when to retry, a throttle.
@@ -183,6 +220,7 @@ fn refused(index: i32, e: &ErrorBody) -> Outcome {
         result: Err((kafka_error(e), Some(e.message.clone()))),
         log_start: -1,
         throttle_ms: throttle_ms(e),
+        mute: Duration::ZERO,
     }
 }
 

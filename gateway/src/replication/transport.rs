@@ -3,7 +3,8 @@
 //! forwarded publishes share it).
 //!
 //! Invariant: a broker cut off the network by fault injection sends nothing; every call has
-//! a timeout, so a silent peer costs a retry, never a stuck task.
+//! a timeout, so a silent peer costs a retry, never a stuck task; with a cluster secret,
+//! every request is signed (`felix_meta::network::PeerSigner`).
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use felix_meta::model::ShardKey;
+use felix_meta::network::PeerSigner;
 use http_body_util::{BodyExt, Full};
 use serde::{Deserialize, Serialize};
 
@@ -53,25 +55,54 @@ impl IntoResponse for FetchError {
     }
 }
 
-/// HTTP/1.1 client of other brokers' internal endpoints (pooled connections).
+/// HTTP/1.1 client of other brokers' internal endpoints (pooled connections), signing
+/// each request when the internal network is authenticated.
 #[derive(Clone)]
 pub struct PeerClient {
-    pub(crate) http: hyper_util::client::legacy::Client<
+    http: hyper_util::client::legacy::Client<
         hyper_util::client::legacy::connect::HttpConnector,
         Full<Bytes>,
     >,
-}
-
-impl Default for PeerClient {
-    fn default() -> Self {
-        PeerClient {
-            http: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-                .build_http(),
-        }
-    }
+    signer: Option<PeerSigner>,
 }
 
 impl PeerClient {
+    /// A client signing with `signer` (`None`: the internal network is open).
+    pub fn new(signer: Option<PeerSigner>) -> PeerClient {
+        PeerClient {
+            http: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http(),
+            signer,
+        }
+    }
+
+    /// A POST of `body` to `path` at `addr` with `headers`, signed if the network is
+    /// authenticated (the signature covers the `x-felix-*` headers among them).
+    pub(crate) fn post(
+        &self,
+        addr: &str,
+        path: &str,
+        mut headers: hyper::HeaderMap,
+        body: Bytes,
+    ) -> Result<hyper::Request<Full<Bytes>>, hyper::http::Error> {
+        if let Some(signer) = &self.signer {
+            signer.sign(&mut headers, &hyper::Method::POST, path, &body);
+        }
+        let mut request = hyper::Request::post(format!("http://{addr}{path}"));
+        if let Some(h) = request.headers_mut() {
+            *h = headers;
+        }
+        request.body(Full::new(body))
+    }
+
+    /// Sends `request` on the pooled connections.
+    pub(crate) fn request(
+        &self,
+        request: hyper::Request<Full<Bytes>>,
+    ) -> hyper_util::client::legacy::ResponseFuture {
+        self.http.request(request)
+    }
+
     pub async fn fetch(&self, addr: &str, req: &FetchRequest) -> Result<Bytes, FetchError> {
         if felix_meta::faults::isolated() {
             return Err(FetchError::Failed(
@@ -79,9 +110,13 @@ impl PeerClient {
             ));
         }
         let body = serde_json::to_vec(req).map_err(|e| FetchError::Failed(e.to_string()))?;
-        let request = hyper::Request::post(format!("http://{addr}/repl/fetch"))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body)))
+        let mut headers = hyper::HeaderMap::new();
+        headers.insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        let request = self
+            .post(addr, "/repl/fetch", headers, Bytes::from(body))
             .map_err(|e| FetchError::Failed(e.to_string()))?;
         let timeout = Duration::from_millis(req.wait_ms) + Duration::from_secs(5);
         let response = tokio::time::timeout(timeout, self.http.request(request))

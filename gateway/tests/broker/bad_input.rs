@@ -69,6 +69,7 @@ impl RawConnection {
 
     async fn hello(&self) {
         let hello = Request::Hello {
+            token: None,
             version: PROTOCOL_VERSION,
             features: features::ALL,
             client: "raw-test".into(),

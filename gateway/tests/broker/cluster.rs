@@ -35,6 +35,17 @@ impl Cluster {
         Cluster::start_with(n, LEASE_MS, &[]).await
     }
 
+    /// A cluster with `auth` on whose brokers share the cluster secret `secret`: every
+    /// request between them is signed (docs/internal-network.md).
+    pub(super) async fn start_authenticated(n: u64, secret: &str) -> Cluster {
+        Cluster::start_with(
+            n,
+            LEASE_MS,
+            &[("FELIX_AUTH", "on"), ("FELIX_CLUSTER_SECRET", secret)],
+        )
+        .await
+    }
+
     /// A cluster whose brokers hold leases of `lease_ms` and have `env` set as well.
     pub(super) async fn start_with(n: u64, lease_ms: u64, env: &[(&str, &str)]) -> Cluster {
         let objects = tempfile::tempdir().expect("object store dir");
@@ -81,6 +92,7 @@ impl Cluster {
     pub(super) async fn client(&self, request_timeout: Duration) -> ClusterClient {
         let config = ClientConfig {
             request_timeout,
+            token: self.brokers.first().and_then(Broker::admin_token),
             ..ClientConfig::default()
         };
         ClusterClient::connect(self.seeds(), config)
@@ -89,12 +101,22 @@ impl Cluster {
     }
 
     /// Waits until the shard has a leader other than `not` (and returns it).
-    async fn leader(&self, client: &ClusterClient, stream: &str, not: Option<u64>) -> u64 {
+    pub(super) async fn leader(
+        &self,
+        client: &ClusterClient,
+        stream: &str,
+        not: Option<u64>,
+    ) -> u64 {
         shard_leader(client, ("t", "ns", stream), not).await
     }
 }
 
-async fn create_stream(client: &ClusterClient, name: &str, consistency: &str, extra: StreamConfig) {
+pub(super) async fn create_stream(
+    client: &ClusterClient,
+    name: &str,
+    consistency: &str,
+    extra: StreamConfig,
+) {
     for r in [
         client.create_tenant("t").await,
         client.create_namespace("t", "ns").await,
@@ -123,7 +145,7 @@ async fn create_stream(client: &ClusterClient, name: &str, consistency: &str, ex
 }
 
 /// Reads shard 0 from the earliest offset up to (not including) `end`, on its leader.
-async fn read_all(client: &ClusterClient, stream: &str, end: u64) -> Vec<(u64, String)> {
+pub(super) async fn read_all(client: &ClusterClient, stream: &str, end: u64) -> Vec<(u64, String)> {
     let mut sub = client
         .subscribe_shard("t", "ns", stream, 0, StartAt::Earliest)
         .await

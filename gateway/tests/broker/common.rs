@@ -115,6 +115,46 @@ pub fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
+/// Runs `felix` with `args` and `env` (nothing else from the environment) on a fresh data dir
+/// until it exits, for a start that must be refused: its exit code and stderr. It is killed
+/// if it has not exited within [`PATIENCE`] (then the code is `None`).
+pub fn run_to_exit(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(args);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("FELIX_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the felix binary");
+    let deadline = Instant::now() + PATIENCE;
+    let status = loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+    }
+    (status, stderr)
+}
+
 /// A free loopback TCP address.
 pub fn free_tcp_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], free_tcp_port()))
@@ -186,6 +226,11 @@ impl Broker {
 
     pub fn data_dir(&self) -> PathBuf {
         self.root.join("data")
+    }
+
+    /// The internal (broker-to-broker) HTTP address.
+    pub fn internal_addr(&self) -> SocketAddr {
+        self.internal_addr
     }
 
     /// The broker process's resident memory, from /proc.
@@ -327,10 +372,22 @@ impl Broker {
     }
 
     /// A client with the default configuration (loopback needs no CA).
+    /// A connection to this broker, as its operator: with the bootstrap admin token when
+    /// auth is on (the broker wrote it to its data directory), with none otherwise.
     pub async fn client(&self) -> Connection {
-        Connection::connect(&self.quic_addr.to_string(), ClientConfig::default())
+        let config = ClientConfig {
+            token: self.admin_token(),
+            ..ClientConfig::default()
+        };
+        Connection::connect(&self.quic_addr.to_string(), config)
             .await
             .unwrap_or_else(|e| panic!("connect to {}: {e}", self.quic_addr))
+    }
+
+    /// The bootstrap admin token in the data directory, if auth is on.
+    pub fn admin_token(&self) -> Option<String> {
+        let text = std::fs::read_to_string(self.data_dir().join("admin.token")).ok()?;
+        Some(text.trim().to_owned())
     }
 
     /// The `/metrics` text.

@@ -80,11 +80,50 @@ pub(super) struct Output {
 
 /// Runs `felixctl --broker ADDR ARGS...` with `stdin`, requiring success.
 pub(super) async fn run(broker: &Broker, args: &[&str], stdin: &[u8]) -> Output {
+    succeeded(spawn(broker, None, args, stdin).await, args)
+}
+
+/// [`run`] in the working directory `cwd`.
+pub(super) async fn run_in(broker: &Broker, cwd: &Path, args: &[&str], stdin: &[u8]) -> Output {
+    succeeded(spawn(broker, Some(cwd), args, stdin).await, args)
+}
+
+/// Runs felixctl in `cwd` without requiring success: whether it succeeded, and its stderr.
+pub(super) async fn run_status_in(
+    broker: &Broker,
+    cwd: &Path,
+    args: &[&str],
+    stdin: &[u8],
+) -> (bool, String) {
+    let (status, out) = spawn(broker, Some(cwd), args, stdin).await;
+    (status.success(), out.stderr)
+}
+
+fn succeeded((status, output): (std::process::ExitStatus, Output), args: &[&str]) -> Output {
+    assert!(
+        status.success(),
+        "felixctl {args:?} exited with {}\nstdout:\n{}\nstderr:\n{}",
+        status,
+        output.stdout,
+        output.stderr
+    );
+    output
+}
+
+async fn spawn(
+    broker: &Broker,
+    cwd: Option<&Path>,
+    args: &[&str],
+    stdin: &[u8],
+) -> (std::process::ExitStatus, Output) {
     let mut cmd = tokio::process::Command::new(felixctl());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("FELIX_") {
             cmd.env_remove(k);
         }
+    }
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
     }
     let mut child = cmd
         .arg("--broker")
@@ -110,14 +149,7 @@ pub(super) async fn run(broker: &Broker, args: &[&str], stdin: &[u8]) -> Output 
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     };
-    assert!(
-        out.status.success(),
-        "felixctl {args:?} exited with {}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        output.stdout,
-        output.stderr
-    );
-    output
+    (out.status, output)
 }
 
 fn json_lines(out: &Output, what: &str) -> Vec<serde_json::Value> {

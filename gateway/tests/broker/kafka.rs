@@ -138,7 +138,7 @@ async fn wheel_librdkafka() -> PathBuf {
 }
 
 /// Runs a `kafka_client.py` subcommand; returns its JSON output.
-async fn python(args: &[&str]) -> Value {
+pub(super) async fn python(args: &[&str]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_client.py");
     let child = tokio::process::Command::new("python3")
         .arg(&script)

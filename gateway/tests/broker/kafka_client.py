@@ -5,8 +5,9 @@ JSON on stdout. Used by gateway/tests/broker/kafka.rs; runnable by hand as well:
     python3 kafka_client.py consume 127.0.0.1:9092 orders 1000
     python3 kafka_client.py group 127.0.0.1:9092 orders g1 500
 
-Record i of a produce has key "key-i", value "value-i", header n=i and timestamp
-1700000000000 + i.
+Record i of a produce has key "key-i", value "value-i" (padded with "." to --value-bytes),
+header n=i and timestamp 1700000000000 + i. A produce reports the throttles the broker asked
+for (throttle_time_ms, as librdkafka's throttle callback hands them on).
 """
 
 import argparse
@@ -56,6 +57,7 @@ def create_topic(args):
 
 
 def produce(args):
+    throttles = []
     if args.partitions > 0:
         create_topic(argparse.Namespace(bootstrap=args.bootstrap, topic=args.topic,
                                         partitions=args.partitions, config=[]))
@@ -67,6 +69,7 @@ def produce(args):
         # Many batches, so idempotent sequences cross batch boundaries (and, with small
         # segments, many segments).
         "batch.num.messages": args.batch,
+        "throttle_cb": lambda event: throttles.append(int(event.throttle_time * 1000)),
     })
     delivered = []
     errors = []
@@ -81,7 +84,8 @@ def produce(args):
     for i in range(args.first, args.first + args.count):
         while True:
             try:
-                producer.produce(args.topic, key=f"key-{i}", value=f"value-{i}",
+                producer.produce(args.topic, key=f"key-{i}",
+                                 value=f"value-{i}".ljust(args.value_bytes, "."),
                                  headers=[("n", str(i).encode())], timestamp=BASE_TS + i,
                                  on_delivery=on_delivery)
                 break
@@ -89,7 +93,8 @@ def produce(args):
                 producer.poll(0.05)
         producer.poll(0)
     left = producer.flush(60)
-    print(json.dumps({"delivered": delivered, "errors": errors, "unflushed": left}))
+    print(json.dumps({"delivered": delivered, "errors": errors, "unflushed": left,
+                      "throttles_ms": throttles}))
 
 
 def record(msg):
@@ -282,6 +287,7 @@ def main():
     p.add_argument("--first", type=int, default=0)
     p.add_argument("--partitions", type=int, default=0)
     p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--value-bytes", type=int, default=0)
     p.set_defaults(run=produce)
     p = sub.add_parser("consume")
     p.add_argument("bootstrap")

@@ -240,6 +240,13 @@ impl MetaState {
                 self.features.insert(name.clone(), *level);
                 Ok(Applied::Done)
             }
+            Command::AddSigningKey { .. }
+            | Command::PutRole { .. }
+            | Command::DeleteRole { .. }
+            | Command::BindRole { .. }
+            | Command::UnbindRole { .. }
+            | Command::RevokeToken { .. }
+            | Command::SetBootstrapToken { .. } => self.apply_auth(cmd),
             Command::Batch { commands } => {
                 let results = commands.iter().map(|c| self.apply(c)).collect();
                 Ok(Applied::Batch { results })
@@ -282,6 +289,13 @@ impl MetaState {
             | Command::TrimManifest { .. }
             | Command::ReportReplicas { .. }
             | Command::AllocateProducerIds { .. } => false,
+            Command::AddSigningKey { .. }
+            | Command::PutRole { .. }
+            | Command::DeleteRole { .. }
+            | Command::BindRole { .. }
+            | Command::UnbindRole { .. }
+            | Command::RevokeToken { .. }
+            | Command::SetBootstrapToken { .. } => false,
             Command::Batch { commands } => commands.iter().any(Self::touches_registry),
             _ => true,
         }

@@ -13,6 +13,7 @@ use super::errors::CommandError;
 use super::names::ShardKey;
 use super::settings::{StreamSettings, StreamSettingsPatch};
 use super::state::{Broker, SegmentEntry, TierState};
+use crate::auth::{Permission, SigningKey};
 
 /// A change to the control plane's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +128,49 @@ pub enum Command {
     FinalizeFeature {
         name: String,
         level: u32,
+    },
+    /// Adds a signing key; every key not yet retired is retired at `retire_others_at` (a
+    /// rotation). The key pair and the times are made by the proposer: commands carry no
+    /// clock and no randomness. With `initial`, only if there is no key yet (the first
+    /// start's key: two leaders proposing one across an election still give one key).
+    AddSigningKey {
+        key: SigningKey,
+        retire_others_at: u64,
+        #[serde(default)]
+        initial: bool,
+    },
+    /// Creates or replaces a role (not a built-in one).
+    PutRole {
+        name: String,
+        permissions: Vec<Permission>,
+    },
+    /// Deletes a role and every binding to it.
+    DeleteRole {
+        name: String,
+    },
+    /// Binds `subject` of `tenant` to a role: its tokens get the role's grants.
+    BindRole {
+        tenant: String,
+        subject: String,
+        role: String,
+    },
+    UnbindRole {
+        tenant: String,
+        subject: String,
+        role: String,
+    },
+    /// Revokes token `jti`, which expires at `expires_at`; forgets revocations of tokens
+    /// expired before `now` (the proposer's clock, carried as a value).
+    RevokeToken {
+        jti: String,
+        expires_at: u64,
+        now: u64,
+    },
+    /// Records the bootstrap admin token. Idempotent: only the first one is kept, so two
+    /// leaders proposing one each across an election still give the cluster one token.
+    SetBootstrapToken {
+        jti: String,
+        token: String,
     },
     /// Several commands in one log entry, applied in order; each has its own answer. The
     /// proposer batches commands that queue up while a Raft write is in flight.

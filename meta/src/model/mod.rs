@@ -19,9 +19,12 @@
 //!   reports: a leader change on a quorum stream is refused unless the new leader is known
 //!   to hold every acknowledged record.
 //! * `manifest.rs` — a shard's segment manifest: no gap, no overlap.
+//! * `auth.rs` — signing keys, roles, bindings, revocations and the bootstrap token
+//!   (the state itself and the token logic are in [`crate::auth`]).
 //! * [`shard_map`] — the serde form of maps keyed by a shard.
 
 mod apply;
+mod auth;
 mod command;
 mod epochs;
 mod errors;

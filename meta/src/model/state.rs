@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::names::ShardKey;
 use super::settings::StreamSettings;
 use super::shard_map;
+use crate::auth::AuthState;
 
 /// A stream and its settings history: `alter` adds a version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,4 +141,8 @@ pub struct MetaState {
     /// crash mid-way leaves the job for whichever broker does it next.
     #[serde(default)]
     pub deleting_objects: BTreeSet<String>,
+    /// Signing keys, roles, bindings, revoked token ids and the bootstrap admin token
+    /// (`crate::auth` reads it; `auth.rs` here applies changes to it).
+    #[serde(default)]
+    pub auth: AuthState,
 }

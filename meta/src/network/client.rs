@@ -6,6 +6,7 @@
 //! request may have been delivered (`Broken`, `Timeout`) or certainly was not (`Connect`),
 //! which is what forwarding and the Raft RPCs each turn into their own errors. A node cut
 //! off the network by fault injection (`crate::faults`) fails every exchange as `Connect`.
+//! With a cluster secret, every exchange is signed (`peer_auth.rs`).
 
 use std::error::Error as StdError;
 use std::time::Duration;
@@ -20,6 +21,8 @@ use hyper::header;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+
+use super::peer_auth::PeerSigner;
 
 /// Largest response body the client reads.
 const RESPONSE_LIMIT: usize = 64 * 1024 * 1024;
@@ -42,11 +45,13 @@ pub(super) enum CallError {
 }
 
 /// The HTTP client of the control plane: a pooled hyper client (cheap to clone, clones share
-/// the pool) and the default timeout of forwarded requests.
+/// the pool), the default timeout of forwarded requests, and the signer of every request
+/// when the internal network is authenticated.
 #[derive(Clone, Debug)]
 pub struct PeerClient {
     http: Client<HttpConnector, Full<Bytes>>,
     timeout: Duration,
+    signer: Option<PeerSigner>,
 }
 
 impl PeerClient {
@@ -60,7 +65,23 @@ impl PeerClient {
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
             .build(connector);
-        PeerClient { http, timeout }
+        PeerClient {
+            http,
+            timeout,
+            signer: None,
+        }
+    }
+
+    /// The same client signing every request with `signer` (`None`: unsigned, for an
+    /// internal network without a cluster secret).
+    pub fn with_signer(mut self, signer: Option<PeerSigner>) -> PeerClient {
+        self.signer = signer;
+        self
+    }
+
+    /// The signer of this client's requests, if the internal network is authenticated.
+    pub fn signer(&self) -> Option<&PeerSigner> {
+        self.signer.as_ref()
     }
 
     /// The default timeout of forwarded requests.
@@ -73,6 +94,7 @@ impl PeerClient {
         PeerClient {
             http: self.http.clone(),
             timeout,
+            signer: self.signer.clone(),
         }
     }
 
@@ -91,17 +113,20 @@ impl PeerClient {
             )));
         }
         let mut req = Request::builder()
-            .method(method)
+            .method(method.clone())
             .uri(format!("http://{addr}{path}"));
         let body = match body {
             Some(b) => {
                 req = req.header(header::CONTENT_TYPE, "application/json");
-                Full::new(Bytes::from(b))
+                Bytes::from(b)
             }
-            None => Full::new(Bytes::new()),
+            None => Bytes::new(),
         };
+        if let (Some(signer), Some(headers)) = (&self.signer, req.headers_mut()) {
+            signer.sign(headers, &method, path, &body);
+        }
         let req = req
-            .body(body)
+            .body(Full::new(body))
             .map_err(|e| CallError::Connect(format!("bad request to {addr}{path}: {e}")))?;
         let exchange = async {
             let resp = self.http.request(req).await.map_err(|e| {

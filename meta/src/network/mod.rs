@@ -16,12 +16,15 @@
 //!   reaches openraft.
 //! * `server.rs` — [`raft_router`] and [`serve`]: the routes a [`MetaService`] answers, body
 //!   limits, draining on shutdown.
+//! * `peer_auth.rs` — [`ClusterKey`], [`PeerSigner`] and [`require_signed`]: every internal
+//!   request signed with the cluster secret, and refused (401) unless it verifies.
 //! * `errors.rs` — [`ForwardError`] and how it crosses the wire.
 
 mod client;
 mod errors;
 mod forward;
 mod messages;
+mod peer_auth;
 mod raft_client;
 mod server;
 
@@ -29,6 +32,10 @@ pub use client::PeerClient;
 pub use errors::{ErrorBody, ForwardError};
 pub use messages::{
     BODY_LIMIT, LeaseGrant, LeaseRequest, MembershipChange, NodeStatus, RAFT_BODY_LIMIT,
+};
+pub use peer_auth::{
+    AUTH_HEADER, AuthError, ClusterKey, MIN_SECRET_BYTES, NODE_HEADER, PeerSigner, REPLAY_WINDOW,
+    SecretError, TIME_HEADER, generate_secret, require_signed, unix_now, verify,
 };
 pub use raft_client::{HttpConnection, HttpNetworkFactory};
 pub use server::{MetaService, SHUTDOWN_DRAIN, raft_router, serve};

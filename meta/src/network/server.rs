@@ -22,6 +22,10 @@
 //! | `GET /meta/dump`       | none                  | the local applied state (JSON)             |
 //! | `GET /healthz`         | none                  | `ok`; **503** `not ready`                  |
 //!
+//! With a cluster secret the node wraps these routes (and the broker's) in
+//! [`require_signed`](super::require_signed): every route but `/healthz` answers **401**
+//! to a request not signed with the secret, before its handler runs.
+//!
 //! A [`ForwardError`] from the service is answered with [`ForwardError::http_status`] and a
 //! JSON [`ErrorBody`](super::ErrorBody) (see `errors.rs`). Malformed requests get axum's own
 //! 4xx (400/415/422) and oversized bodies 413. Bodies are limited to [`RAFT_BODY_LIMIT`] on

@@ -545,3 +545,69 @@ fn manifest_records_contiguous_objects_and_trims_from_the_front() {
     assert!(record(&mut state, 250, 320).is_err());
     record(&mut state, 300, 399).unwrap();
 }
+
+#[tokio::test]
+async fn a_snapshot_carries_keys_roles_bindings_revocations_and_the_bootstrap_token() {
+    use felix_meta::auth::{Permission, SigningKey};
+    let dir = tempfile::tempdir().unwrap();
+    let mut sm = StateMachineStore::open(dir.path()).unwrap();
+    let key = SigningKey::generate(1).unwrap();
+    let mut entries = sample_entries();
+    let auth = [
+        Command::AddSigningKey {
+            key: key.clone(),
+            retire_others_at: 0,
+            initial: true,
+        },
+        Command::PutRole {
+            name: "reader".into(),
+            permissions: vec![Permission::parse("stream.subscribe:acme/*").unwrap()],
+        },
+        Command::BindRole {
+            tenant: "acme".into(),
+            subject: "svc".into(),
+            role: "reader".into(),
+        },
+        Command::RevokeToken {
+            jti: "t1".into(),
+            expires_at: u64::MAX,
+            now: 1,
+        },
+        Command::SetBootstrapToken {
+            jti: "boot".into(),
+            token: "header.body.sig".into(),
+        },
+    ];
+    for (i, cmd) in auth.into_iter().enumerate() {
+        entries.push(entry(7 + i as u64, EntryPayload::Normal(cmd)));
+    }
+    let results = sm.apply(entries).await.unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let state = sm.read(|s| s.clone());
+    assert!(state.auth.keys.contains_key(&key.kid));
+    let snapshot = sm
+        .get_snapshot_builder()
+        .await
+        .build_snapshot()
+        .await
+        .unwrap();
+    let reopened = StateMachineStore::open(dir.path()).unwrap();
+    assert_eq!(reopened.read(|s| s.auth.clone()), state.auth);
+    let other_dir = tempfile::tempdir().unwrap();
+    let mut fresh = StateMachineStore::open(other_dir.path()).unwrap();
+    let mut receiving = fresh.begin_receiving_snapshot().await.unwrap();
+    *receiving = *snapshot.snapshot;
+    fresh
+        .install_snapshot(&snapshot.meta, receiving)
+        .await
+        .unwrap();
+    let installed = fresh.read(|s| s.auth.clone());
+    assert_eq!(installed, state.auth);
+    assert_eq!(installed.active_key().unwrap().kid, key.kid);
+    assert_eq!(
+        installed.bound_roles("acme", "svc").collect::<Vec<_>>(),
+        ["reader"]
+    );
+    assert!(installed.is_revoked("t1"));
+    assert_eq!(installed.bootstrap.unwrap().jti, "boot");
+}

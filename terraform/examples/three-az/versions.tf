@@ -8,6 +8,10 @@ terraform {
       # .terraform.lock.hcl, which a real deployment commits.
       version = "~> 5.82.0"
     }
+    random = {
+      source  = "hashicorp/random"
+      version = "~> 3.6.0"
+    }
   }
 }
 

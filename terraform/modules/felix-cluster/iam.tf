@@ -1,5 +1,6 @@
 # The brokers' identity. Invariant: the role can read and write Felix's objects under the
-# bucket prefix and read the exact objects it boots from, and nothing else. No access key
+# bucket prefix, read the exact objects it boots from and the cluster secret (that one
+# secret, by its ARN), and nothing else. No access key
 # exists anywhere: felix's AWS SDK chain takes the role's credentials from instance
 # metadata (IMDSv2) and refreshes them before they expire.
 
@@ -63,6 +64,14 @@ data "aws_iam_policy_document" "broker" {
       actions   = ["s3:GetObject"]
       resources = local.boot_object_arns
     }
+  }
+
+  # The cluster secret, fetched at boot by felix-fetch-secret (user data). With kms_key_arn
+  # the secret is encrypted under that key, which SegmentBucketKey lets the role decrypt.
+  statement {
+    sid       = "ClusterSecret"
+    actions   = ["secretsmanager:GetSecretValue"]
+    resources = [aws_secretsmanager_secret.cluster.arn]
   }
 
   dynamic "statement" {

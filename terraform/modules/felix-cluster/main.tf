@@ -84,6 +84,7 @@ locals {
       felix_binary_sha256 = var.felix_binary_sha256
       tls_cert_s3_uri     = var.tls == null ? "" : var.tls.cert_s3_uri
       tls_key_s3_uri      = var.tls == null ? "" : var.tls.key_s3_uri
+      cluster_secret_arn  = aws_secretsmanager_secret.cluster.arn
       region              = data.aws_region.current.name
     })
   ]
@@ -102,6 +103,9 @@ resource "aws_instance" "broker" {
   ebs_optimized               = true
   monitoring                  = true
   user_data                   = local.user_data[count.index]
+
+  # The secret must exist before a broker boots and fetches it.
+  depends_on = [aws_secretsmanager_secret_version.cluster]
 
   # Instance storage is wiped by stop/start: an in-place update that stops the instance
   # (a user_data change does) would wipe every broker at once. User data and AMI changes

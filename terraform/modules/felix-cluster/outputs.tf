@@ -74,3 +74,8 @@ output "felix_config" {
   description = "Each broker's rendered /etc/felix/felix.toml, by node id (check one with felix --config FILE --check-config)."
   value       = { for i, b in local.brokers : tostring(b.id) => local.felix_toml[i] }
 }
+
+output "cluster_secret_arn" {
+  description = "ARN of the Secrets Manager secret holding the cluster secret (each broker reads it at boot into /etc/felix/cluster.secret; rotation: docs/internal-network.md)."
+  value       = aws_secretsmanager_secret.cluster.arn
+}

@@ -9,5 +9,10 @@ terraform {
       # the exact minor series and its lock file pins the build.
       version = ">= 5.40.0, < 6.0.0"
     }
+    random = {
+      # The cluster secret (secrets.tf).
+      source  = "hashicorp/random"
+      version = ">= 3.5.0, < 4.0.0"
+    }
   }
 }

@@ -21,6 +21,12 @@ Examples:
   felixctl subscribe acme/prod/orders --from earliest --count 10 --output jsonl
   felixctl segments acme/prod/orders --output jsonl
   felixctl stream alter acme/prod/orders --retention-ms 7d --hot-retention-bytes 10GiB
+  felixctl token create --tenant acme --allow stream.publish:acme/prod/* --ttl 1h
+  felixctl role create reader --allow stream.subscribe:acme/*
+  felixctl role bind svc-orders reader --tenant acme
+
+Tokens (a broker with auth on): --token, FELIX_TOKEN, --token-file or FELIX_TOKEN_FILE; with
+none of them and a loopback broker, ./felix-data/admin.token if it exists.
 
 Exit codes: 0 success, 1 failure, 2 usage error.";
 
@@ -55,6 +61,19 @@ pub(crate) struct GlobalArgs {
     /// Limit on connecting and on each request (e.g. 30s, 500ms, 2m).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION", global = true)]
     pub(crate) timeout: Duration,
+    /// The Felix token to present (needed by a broker with auth on).
+    #[arg(
+        long,
+        env = "FELIX_TOKEN",
+        value_name = "TOKEN",
+        global = true,
+        hide_env_values = true,
+        conflicts_with = "token_file"
+    )]
+    pub(crate) token: Option<String>,
+    /// A file holding the token (e.g. a broker's <data_dir>/admin.token).
+    #[arg(long, env = "FELIX_TOKEN_FILE", value_name = "FILE", global = true)]
+    pub(crate) token_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -72,6 +91,15 @@ pub(crate) enum Command {
     Publish(PublishArgs),
     /// Print a stream's records as they arrive (all shards unless --shard).
     Subscribe(SubscribeArgs),
+    /// Mint and revoke tokens.
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Define, list, delete and bind roles.
+    #[command(subcommand)]
+    Role(RoleCommand),
+    /// Manage the signing keys.
+    #[command(subcommand)]
+    Key(KeyCommand),
     /// List a stream's segments and objects: offsets, timestamps, size, tier and object key.
     Segments {
         /// The stream, as TENANT/NAMESPACE/STREAM.
@@ -81,6 +109,111 @@ pub(crate) enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum TokenCommand {
+    /// Mint a token and print it alone on stdout (its id and expiry go to stderr). With
+    /// neither --role nor --allow it carries the tenant's built-in tenant-admin role.
+    Create {
+        /// The tenant the token acts for ('*' for a cluster-wide token: needs
+        /// cluster.manage).
+        #[arg(long)]
+        tenant: String,
+        /// Who holds it (role bindings are per subject).
+        #[arg(long)]
+        subject: Option<String>,
+        /// The namespace the Kafka mapping uses (default: default).
+        #[arg(long)]
+        namespace: Option<String>,
+        /// A role to carry (repeatable), e.g. tenant-admin or one made with `role create`.
+        #[arg(long = "role", value_name = "ROLE", conflicts_with = "allow")]
+        roles: Vec<String>,
+        /// An explicit grant ACTION:PATTERN (repeatable), e.g.
+        /// stream.publish:acme/prod/orders-*. Actions: stream.publish, stream.subscribe,
+        /// group.consume, cache.read, cache.write, tenant.manage, namespace.manage,
+        /// stream.manage, cache.manage, rbac.manage, cluster.manage. Patterns are
+        /// TENANT[/NAMESPACE[/NAME]] with * wildcards.
+        #[arg(long, value_name = "ACTION:PATTERN", value_parser = grant)]
+        allow: Vec<String>,
+        /// Lifetime (e.g. 1h, 30m, 7d; at most 90 days).
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration, value_name = "DURATION")]
+        ttl: Duration,
+    },
+    /// Revoke a token by its id (the jti `token create` printed): refused on every broker
+    /// within a second.
+    Revoke {
+        /// The token's id.
+        jti: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum RoleCommand {
+    /// Create (or replace) a role granting each --allow ACTION:PATTERN.
+    Create {
+        name: String,
+        /// A grant ACTION:PATTERN (repeatable, at least one); see `token create --help`.
+        #[arg(long, value_name = "ACTION:PATTERN", value_parser = grant, required = true)]
+        allow: Vec<String>,
+    },
+    /// List the roles this token may see, with their grants.
+    List,
+    /// Delete a role and every binding to it.
+    Delete { name: String },
+    /// Bind a subject of a tenant to a role: its tokens get the role's grants.
+    Bind {
+        subject: String,
+        role: String,
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum KeyCommand {
+    /// Add a new signing key and sign new tokens with it; tokens signed by the old keys stay
+    /// valid until they expire. Prints the new key id.
+    Rotate,
+}
+
+/// Checks an ACTION:PATTERN grant as the broker will, so a typo is a usage error here.
+fn grant(s: &str) -> Result<String, String> {
+    const ACTIONS: [&str; 11] = [
+        "stream.publish",
+        "stream.subscribe",
+        "group.consume",
+        "cache.read",
+        "cache.write",
+        "tenant.manage",
+        "namespace.manage",
+        "stream.manage",
+        "cache.manage",
+        "rbac.manage",
+        "cluster.manage",
+    ];
+    let (action, pattern) = s
+        .split_once(':')
+        .ok_or("write a grant as ACTION:PATTERN, e.g. stream.publish:acme/prod/*")?;
+    if !ACTIONS.contains(&action) {
+        return Err(format!(
+            "unknown action {action:?}; the actions are {}",
+            ACTIONS.join(", ")
+        ));
+    }
+    let segments: Vec<&str> = pattern.split('/').collect();
+    if pattern.is_empty() || segments.len() > 3 || segments.iter().any(|p| p.is_empty()) {
+        return Err(format!(
+            "bad pattern {pattern:?}: TENANT[/NAMESPACE[/NAME]], each part non-empty, * as a wildcard"
+        ));
+    }
+    if let Some(c) = pattern
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '*' | '/')))
+    {
+        return Err(format!("bad pattern {pattern:?}: {c:?} is not allowed"));
+    }
+    Ok(s.to_owned())
 }
 
 #[derive(Subcommand, Debug)]

@@ -4,10 +4,12 @@
 //! published), 2 a usage error.
 //!
 //! Modules: `args` the command line, `output` how results print, one module per command
-//! family (`streams`, `publish`, `subscribe`). felixctl talks to the broker named by
+//! family (`streams`, `publish`, `subscribe`, `auth`: tokens, roles, keys and which token
+//! felixctl presents). felixctl talks to the broker named by
 //! `--broker` through a pinned [`Connection`]: what it shows is what that broker answers.
 
 mod args;
+mod auth;
 mod output;
 mod publish;
 mod streams;
@@ -48,7 +50,10 @@ fn main() -> ExitCode {
     ExitCode::from(code)
 }
 
-async fn run(cli: Cli) -> anyhow::Result<u8> {
+async fn run(mut cli: Cli) -> anyhow::Result<u8> {
+    // Resolved once: every connection felixctl opens (subscribe reconnects) presents it.
+    cli.global.token = auth::resolve_token(&cli.global)?;
+    cli.global.token_file = None;
     let client = connect(&cli.global).await?;
     let code = match cli.command {
         Command::Tenant(TenantCommand::Create {
@@ -70,6 +75,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Stream(cmd) => streams::stream_command(&client, cmd).await?,
         Command::Publish(args) => publish::publish(&client, args).await?,
         Command::Subscribe(args) => subscribe::subscribe(&client, &cli.global, args).await?,
+        Command::Token(cmd) => auth::token_command(&client, cmd).await?,
+        Command::Role(cmd) => auth::role_command(&client, cmd).await?,
+        Command::Key(cmd) => auth::key_command(&client, cmd).await?,
         Command::Segments {
             path: (t, ns, s),
             output,
@@ -92,6 +100,7 @@ pub(crate) fn client_config(g: &GlobalArgs) -> ClientConfig {
         insecure: g.insecure,
         name: format!("felixctl/{}", env!("CARGO_PKG_VERSION")),
         request_timeout: g.timeout,
+        token: g.token.clone(),
         ..Default::default()
     }
 }

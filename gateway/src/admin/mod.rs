@@ -1,5 +1,10 @@
 //! Admin HTTP: `/metrics`, `/healthz` and the `/v1` management API over the broker.
 //!
+//! With auth on, every route but `/healthz`, `/.well-known/jwks.json` and (unless
+//! `metrics_require_auth`) `/metrics` needs `Authorization: Bearer <token>` granting the
+//! route's action, checked before anything is done (`api.rs`); tokens, roles and keys have
+//! their routes in `rbac.rs`.
+//!
 //! The `/v1` routes are a thin JSON face of the same [`Broker`] calls the QUIC protocol's
 //! management requests make, so both answer alike. Every refusal is an [`ErrorBody`] (the
 //! protocol's stable code and reason) with an HTTP status chosen by [`status_for`]; bodies
@@ -10,21 +15,26 @@
 //! with another method `405` with reason `method_not_allowed`, naming the methods it takes
 //! (also in `Allow`). Bodies and answers are in docs/configuration.md, *Admin HTTP*.
 
+mod api;
+mod rbac;
+
 use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use bytes::Bytes;
+use felix_meta::auth::{Action, Resource};
 use felix_wire::protocol::{ErrorBody, StreamConfig, codes};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
+pub use self::api::status_for;
+use self::api::{AdminState, ApiError, ApiResult, fault_injection_enabled, read};
 use crate::broker::Broker;
 use crate::metrics::Metrics;
 
@@ -34,12 +44,6 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 /// The content type of `/metrics`.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-#[derive(Clone)]
-struct AdminState {
-    broker: Arc<Broker>,
-    metrics: Arc<Metrics>,
-}
 
 /// One route of the admin API, as `GET /v1` lists it.
 #[derive(Debug, Serialize)]
@@ -92,6 +96,48 @@ pub const ROUTES: &[AdminRoute] = &[
         what: "a stream's hot segments and uploaded objects",
     },
     AdminRoute {
+        path: "/.well-known/jwks.json",
+        methods: &["GET"],
+        what: "the public keys Felix tokens are signed with (JWKS; open)",
+    },
+    AdminRoute {
+        path: "/v1/tenants/{tenant}/tokens",
+        methods: &["POST"],
+        what: "mint a token: {\"subject\",\"namespace\",\"roles\"|\"allow\",\"ttl_secs\"} \
+               (neither roles nor allow: tenant-admin); answers {\"token\",\"jti\",\"expires_at\"}",
+    },
+    AdminRoute {
+        path: "/v1/tokens/{jti}",
+        methods: &["DELETE"],
+        what: "revoke a token by its id",
+    },
+    AdminRoute {
+        path: "/v1/roles",
+        methods: &["GET", "POST"],
+        what: "roles and their grants; POST {\"name\",\"allow\":[\"action:pattern\"]} creates or replaces one",
+    },
+    AdminRoute {
+        path: "/v1/roles/{name}",
+        methods: &["DELETE"],
+        what: "delete a role (and its bindings)",
+    },
+    AdminRoute {
+        path: "/v1/tenants/{tenant}/bindings",
+        methods: &["POST"],
+        what: "POST {\"subject\",\"role\"} binds a subject of the tenant to a role",
+    },
+    AdminRoute {
+        path: "/v1/keys/rotate",
+        methods: &["POST"],
+        what: "add a new signing key; the old ones verify until their tokens expire",
+    },
+    AdminRoute {
+        path: "/v1/faults/skip_ingress_publish_check",
+        methods: &["POST", "DELETE"],
+        what: "fault injection (FELIX_FAULT_INJECTION=1 only): this broker leaves a \
+               publish's permission check to the shard's owner, or checks again",
+    },
+    AdminRoute {
         path: "/v1/faults/isolate",
         methods: &["POST", "DELETE"],
         what: "fault injection (FELIX_FAULT_INJECTION=1 only): cut this broker off the \
@@ -105,8 +151,9 @@ pub const ROUTES: &[AdminRoute] = &[
     },
 ];
 
-/// The admin routes over `broker` and `metrics`.
-pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>) -> Router {
+/// The admin routes over `broker` and `metrics`; with `metrics_require_auth` (and auth on)
+/// `/metrics` asks for a token too.
+pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>, metrics_require_auth: bool) -> Router {
     let routes = Router::new()
         .route("/v1", get(list_routes))
         .route("/metrics", get(get_metrics))
@@ -130,6 +177,20 @@ pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>) -> Router {
             "/v1/streams/{tenant}/{namespace}/{stream}/segments",
             get(list_segments),
         )
+        .route("/.well-known/jwks.json", get(rbac::jwks))
+        .route("/v1/tenants/{tenant}/tokens", post(rbac::mint_token))
+        .route(
+            "/v1/tokens/{jti}",
+            axum::routing::delete(rbac::revoke_token),
+        )
+        .route("/v1/roles", get(rbac::list_roles).post(rbac::put_role))
+        .route("/v1/roles/{name}", axum::routing::delete(rbac::delete_role))
+        .route("/v1/tenants/{tenant}/bindings", post(rbac::bind_role))
+        .route("/v1/keys/rotate", post(rbac::rotate_key))
+        .route(
+            "/v1/faults/skip_ingress_publish_check",
+            post(rbac::skip_ingress_publish_check).delete(rbac::skip_ingress_publish_check),
+        )
         .route(
             "/v1/faults/isolate",
             axum::routing::post(isolate).delete(heal),
@@ -140,7 +201,11 @@ pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>) -> Router {
         )
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
-        .with_state(AdminState { broker, metrics });
+        .with_state(AdminState {
+            broker,
+            metrics,
+            metrics_require_auth,
+        });
     // Outside the routes: axum adds `Allow` to a 405 after a route's own layers have run.
     Router::new()
         .fallback_service(routes)
@@ -162,76 +227,16 @@ pub async fn serve(
         .await
 }
 
-/// The HTTP status of a refusal with this protocol error code.
-pub fn status_for(code: u16) -> StatusCode {
-    match code {
-        codes::UNKNOWN_TENANT
-        | codes::UNKNOWN_NAMESPACE
-        | codes::UNKNOWN_STREAM
-        | codes::UNKNOWN_SHARD => StatusCode::NOT_FOUND,
-        codes::ALREADY_EXISTS | codes::NOT_EMPTY | codes::VERSION_CONFLICT => StatusCode::CONFLICT,
-        codes::INVALID_ARGUMENT | codes::BAD_REQUEST => StatusCode::BAD_REQUEST,
-        codes::METADATA_UNAVAILABLE | codes::SHARD_UNAVAILABLE => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+async fn get_metrics(State(state): State<AdminState>, headers: HeaderMap) -> ApiResult<Response> {
+    if state.metrics_require_auth {
+        state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
     }
-}
-
-/// A refusal: the protocol's error body, with its status (and `Retry-After` when the error
-/// says when to retry).
-struct ApiError {
-    status: StatusCode,
-    body: ErrorBody,
-}
-
-impl From<ErrorBody> for ApiError {
-    fn from(body: ErrorBody) -> Self {
-        ApiError {
-            status: status_for(body.code),
-            body,
-        }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let retry_after = self.body.retry_after_ms.map(|ms| ms.div_ceil(1000).max(1));
-        let mut response = (self.status, Json(self.body)).into_response();
-        if let Some(secs) = retry_after {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
-    }
-}
-
-/// Parses a JSON request body. The content type is not checked, so `curl -d` works; a body
-/// over [`BODY_LIMIT`] is refused with 413, one that is not the expected JSON with 400, both
-/// with a `bad_request` error body like every other refusal.
-fn read<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> ApiResult<T> {
-    let bytes = body.map_err(|rejection| ApiError {
-        status: rejection.status(),
-        body: ErrorBody::new(codes::BAD_REQUEST, "bad_request", rejection.body_text()),
-    })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError {
-        status: StatusCode::BAD_REQUEST,
-        body: ErrorBody::new(
-            codes::BAD_REQUEST,
-            "bad_request",
-            format!("invalid JSON body: {e}"),
-        ),
-    })
-}
-
-type ApiResult<T> = Result<T, ApiError>;
-
-async fn get_metrics(State(state): State<AdminState>) -> Response {
     state.broker.refresh_metrics();
-    (
+    Ok((
         [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
         state.metrics.encode(),
     )
-        .into_response()
+        .into_response())
 }
 
 async fn healthz(State(state): State<AdminState>) -> (StatusCode, &'static str) {
@@ -244,48 +249,54 @@ async fn healthz(State(state): State<AdminState>) -> (StatusCode, &'static str) 
 
 /// Fault injection (`FELIX_FAULT_INJECTION=1` only): cuts this node off the internal
 /// network (`POST`) or heals the cut (`DELETE`); see `felix_meta::faults`.
-async fn isolate() -> Result<&'static str, ApiError> {
+async fn isolate(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+) -> Result<&'static str, ApiError> {
     fault_injection_enabled()?;
+    state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
     felix_meta::faults::set_isolated(true);
     Ok("isolated")
 }
 
-async fn heal() -> Result<&'static str, ApiError> {
+async fn heal(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+) -> Result<&'static str, ApiError> {
     fault_injection_enabled()?;
+    state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
     felix_meta::faults::set_isolated(false);
     Ok("healed")
 }
 
 /// Fault injection: holds this node's leader log writes after they were accepted (`POST`)
 /// or lets them go on (`DELETE`); see `felix_meta::faults`.
-async fn stall_writes() -> Result<&'static str, ApiError> {
+async fn stall_writes(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+) -> Result<&'static str, ApiError> {
     fault_injection_enabled()?;
+    state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
     felix_meta::faults::set_writes_stalled(true);
     Ok("stalled")
 }
 
-async fn resume_writes() -> Result<&'static str, ApiError> {
+async fn resume_writes(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+) -> Result<&'static str, ApiError> {
     fault_injection_enabled()?;
+    state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
     felix_meta::faults::set_writes_stalled(false);
     Ok("resumed")
 }
 
-fn fault_injection_enabled() -> Result<(), ApiError> {
-    if std::env::var("FELIX_FAULT_INJECTION").is_ok_and(|v| v == "1") {
-        return Ok(());
-    }
-    Err(ApiError {
-        status: StatusCode::NOT_FOUND,
-        body: ErrorBody::new(
-            codes::BAD_REQUEST,
-            "bad_request",
-            "fault injection is off (start the broker with FELIX_FAULT_INJECTION=1)",
-        ),
-    })
-}
-
-async fn list_routes() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "routes": ROUTES }))
+async fn list_routes(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+) -> ApiResult<Json<serde_json::Value>> {
+    state.require_any(&headers)?;
+    Ok(Json(serde_json::json!({ "routes": ROUTES })))
 }
 
 async fn no_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
@@ -342,15 +353,26 @@ struct CreateStreamBody {
     config: StreamConfig,
 }
 
-async fn list_tenants(State(state): State<AdminState>) -> Response {
-    Json(state.broker.tenants()).into_response()
+/// Only the tenants (and namespaces) the caller holds a grant on or below.
+async fn list_tenants(State(state): State<AdminState>, headers: HeaderMap) -> ApiResult<Response> {
+    let caller = state.require_any(&headers)?;
+    let access = state.broker.access();
+    let mut tenants = state.broker.tenants();
+    tenants.retain(|t, _| access.can_view(caller.credential(), &Resource::tenant(t)));
+    for (t, namespaces) in tenants.iter_mut() {
+        namespaces.retain(|n| access.can_view(caller.credential(), &Resource::namespace(t, n)));
+    }
+    Ok(Json(tenants).into_response())
 }
 
 async fn create_tenant(
     State(state): State<AdminState>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    let caller = state.require_any(&headers)?;
     let NameBody { name } = read(body)?;
+    state.require_of(&caller, Action::TenantManage, &Resource::tenant(&name))?;
     state.broker.create_tenant(&name).await?;
     Ok((
         StatusCode::CREATED,
@@ -361,10 +383,17 @@ async fn create_tenant(
 
 async fn create_namespace(
     State(state): State<AdminState>,
+    headers: HeaderMap,
     Path(tenant): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    let caller = state.require_any(&headers)?;
     let NameBody { name } = read(body)?;
+    state.require_of(
+        &caller,
+        Action::NamespaceManage,
+        &Resource::namespace(&tenant, &name),
+    )?;
     state.broker.create_namespace(&tenant, &name).await?;
     let created = serde_json::json!({ "tenant": tenant, "namespace": name });
     Ok((StatusCode::CREATED, Json(created)).into_response())
@@ -372,18 +401,37 @@ async fn create_namespace(
 
 async fn list_streams(
     State(state): State<AdminState>,
+    headers: HeaderMap,
     Path((tenant, namespace)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    let streams = state.broker.list_streams(&tenant, &namespace).await?;
+    let caller = state.require_view(
+        &headers,
+        Action::StreamManage,
+        &Resource::namespace(&tenant, &namespace),
+    )?;
+    let mut streams = state.broker.list_streams(&tenant, &namespace).await?;
+    streams.retain(|s| {
+        state.broker.access().can_view(
+            caller.credential(),
+            &Resource::stream(&tenant, &namespace, &s.name),
+        )
+    });
     Ok(Json(streams).into_response())
 }
 
 async fn create_stream(
     State(state): State<AdminState>,
+    headers: HeaderMap,
     Path((tenant, namespace)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    let caller = state.require_any(&headers)?;
     let CreateStreamBody { name, config } = read(body)?;
+    state.require_of(
+        &caller,
+        Action::StreamManage,
+        &Resource::stream(&tenant, &namespace, &name),
+    )?;
     let info = state
         .broker
         .create_stream(&tenant, &namespace, &name, config)
@@ -393,8 +441,14 @@ async fn create_stream(
 
 async fn describe_stream(
     State(state): State<AdminState>,
+    headers: HeaderMap,
     Path((tenant, namespace, stream)): Path<(String, String, String)>,
 ) -> ApiResult<Response> {
+    state.require_view(
+        &headers,
+        Action::StreamManage,
+        &Resource::stream(&tenant, &namespace, &stream),
+    )?;
     let info = state
         .broker
         .describe_stream(&tenant, &namespace, &stream)
@@ -404,8 +458,14 @@ async fn describe_stream(
 
 async fn list_segments(
     State(state): State<AdminState>,
+    headers: HeaderMap,
     Path((tenant, namespace, stream)): Path<(String, String, String)>,
 ) -> ApiResult<Response> {
+    state.require_view(
+        &headers,
+        Action::StreamSubscribe,
+        &Resource::stream(&tenant, &namespace, &stream),
+    )?;
     let segments = state
         .broker
         .list_segments(&tenant, &namespace, &stream)
@@ -415,9 +475,15 @@ async fn list_segments(
 
 async fn alter_stream(
     State(state): State<AdminState>,
+    headers: HeaderMap,
     Path((tenant, namespace, stream)): Path<(String, String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult<Response> {
+    state.require(
+        &headers,
+        Action::StreamManage,
+        &Resource::stream(&tenant, &namespace, &stream),
+    )?;
     let config: StreamConfig = read(body)?;
     let info = state
         .broker
@@ -428,8 +494,14 @@ async fn alter_stream(
 
 async fn delete_stream(
     State(state): State<AdminState>,
+    headers: HeaderMap,
     Path((tenant, namespace, stream)): Path<(String, String, String)>,
 ) -> ApiResult<StatusCode> {
+    state.require(
+        &headers,
+        Action::StreamManage,
+        &Resource::stream(&tenant, &namespace, &stream),
+    )?;
     state
         .broker
         .delete_stream(&tenant, &namespace, &stream)
@@ -489,7 +561,11 @@ mod tests {
             .expect("bind");
         let addr = listener.local_addr().expect("local addr");
         let (stop, stopped) = watch::channel(false);
-        let server = tokio::spawn(serve(listener, router(broker.clone(), metrics), stopped));
+        let server = tokio::spawn(serve(
+            listener,
+            router(broker.clone(), metrics, false),
+            stopped,
+        ));
 
         let (status, _, body) = http(addr, "GET", "/healthz", "").await;
         assert_eq!((status, body.as_str()), (200, "ok"));

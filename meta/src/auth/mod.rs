@@ -1,0 +1,52 @@
+//! Authorization: Felix's tokens, the actions they grant and the resources they cover.
+//!
+//! Decides who may do what, in pure logic that every listener shares (QUIC, admin HTTP,
+//! forwarded publishes, and the Kafka listener and OIDC exchange built on it). Nothing here
+//! does I/O or waits: a broker verifies a token against its own replica of the control
+//! plane's [`AuthState`], so a request never costs a round trip, and a revocation applied to
+//! that replica is effective at once. The invariant: a token grants only what its tenant
+//! owns, and nothing in this module panics on input from the network.
+//!
+//! * `actions.rs` — [`Action`], the closed list of things a permission can grant.
+//! * `pattern.rs` — [`Resource`] and [`ResourcePattern`] (`tenant/namespace/name` with `*`
+//!   wildcards) and the matching rules.
+//! * `claims.rs` — [`Claims`] (a token's payload) and [`Permission`] (`action:pattern`).
+//! * `state.rs` — [`AuthState`]: signing keys, roles, bindings, revocations, the bootstrap
+//!   token, as replicated.
+//! * `token.rs` — [`mint`], [`verify`] (EdDSA only), [`check_live`] and [`TokenError`].
+//! * `principal.rs` — [`Principal`]: a verified token with its roles expanded, and its check
+//!   API ([`Principal::check`], [`Principal::sees`]).
+//!
+//! ```
+//! use felix_meta::auth::{self, Action, AuthState, Claims, Principal, Resource, SigningKey};
+//! let key = SigningKey::generate(0).unwrap();
+//! let mut state = AuthState::default();
+//! state.keys.insert(key.kid.clone(), key.clone());
+//! let claims = Claims {
+//!     tenant: "acme".into(), sub: "svc".into(), exp: 100, iat: 0, jti: "t1".into(),
+//!     namespace: "default".into(), roles: vec!["tenant-admin".into()], allow: vec![],
+//! };
+//! let token = auth::mint(&key, &claims).unwrap();
+//! let verified = auth::verify(&token, &state, 50).unwrap();
+//! let who = Principal::new(verified, &state);
+//! assert!(who.check(Action::StreamPublish, &Resource::stream("acme", "default", "orders")).is_ok());
+//! assert!(who.check(Action::StreamPublish, &Resource::stream("other", "default", "orders")).is_err());
+//! ```
+
+mod actions;
+mod claims;
+mod pattern;
+mod principal;
+mod state;
+mod token;
+
+pub use actions::Action;
+pub use claims::{
+    ALL_TENANTS, Claims, DEFAULT_NAMESPACE, MAX_TOKEN_TTL_SECS, Permission, PermissionError,
+};
+pub use pattern::{PatternError, Resource, ResourcePattern};
+pub use principal::{CLUSTER_ADMIN, Denied, Principal, TENANT_ADMIN, is_builtin_role, role_grants};
+pub use state::{AuthState, BootstrapToken, SigningKey};
+pub use token::{
+    MAX_TOKEN_LEN, TokenError, check_live, mint, now_secs, random_id, verify, verify_signature,
+};
