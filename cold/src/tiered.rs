@@ -38,6 +38,10 @@ pub struct TieredRead {
     /// The offset to read next.
     pub next_offset: u64,
     pub tier: Tier,
+    /// Set when the hot log's copy of this range failed its checks and the read came from
+    /// the object store instead: the damage is the caller's to report (count and log), the
+    /// reader gets the right records.
+    pub hot_damage: Option<Arc<LogError>>,
 }
 
 /// A shard's two tiers behind one read path.
@@ -122,15 +126,37 @@ impl TieredShard {
                     batches: r.batches,
                     next_offset: r.next_offset,
                     tier: Tier::Hot,
+                    hot_damage: None,
                 }),
                 // Retention removed the segment between the check and the read: the
                 // records are in the cold tier now (or gone), so look again.
                 Err(LogError::OffsetOutOfRange { first, .. }) if from < first => {
                     Box::pin(self.read(from, max_bytes, upper_bound)).await
                 }
+                // A damaged local segment whose records were uploaded before the damage
+                // (objects carry their own digests, checked on decode): serve the verified
+                // copy instead of refusing. Ranges never uploaded stay refused.
+                Err(e @ LogError::Corrupt { .. })
+                    if self.cold.is_some() && self.manifest.object_for(from).is_some() =>
+                {
+                    let mut read = self.read_cold(from, max_bytes, upper_bound).await?;
+                    read.hot_damage = Some(Arc::new(e));
+                    Ok(read)
+                }
                 Err(e) => Err(e.into()),
             };
         }
+        self.read_cold(from, max_bytes, upper_bound).await
+    }
+
+    /// Reads from the object holding `from`, as [`TieredShard::read`] does below the hot log.
+    async fn read_cold(
+        &self,
+        from: u64,
+        max_bytes: usize,
+        upper_bound: Option<u64>,
+    ) -> Result<TieredRead, ColdError> {
+        let hot_first = self.log.first_offset();
         let Some(object) = self.manifest.object_for(from) else {
             let earliest = self.earliest_offset();
             if from < earliest {
@@ -176,6 +202,7 @@ impl TieredShard {
             batches: read.batches,
             next_offset: read.next_offset,
             tier: Tier::Cold,
+            hot_damage: None,
         })
     }
 

@@ -41,6 +41,36 @@ pub static DETECTED: LazyLock<Family<TierLabel, Counter>> = LazyLock::new(Family
 static LOGGED: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
 const MAX_LOGGED: usize = 4096;
 
+/// Counts and (once per place) logs a damaged local segment whose records a tiered read
+/// served from the object store instead (see `TieredShard::read`): the reader is not
+/// refused, but the operator still has a file to repair.
+pub fn served_around(damage: &felix_hot::LogError) {
+    let place = match damage {
+        felix_hot::LogError::Corrupt { segment, .. } => segment.display().to_string(),
+        other => other.to_string(),
+    };
+    DETECTED
+        .get_or_create(&TierLabel {
+            tier: "hot".to_owned(),
+        })
+        .inc();
+    if first_report(&place) {
+        tracing::error!(
+            tier = "hot",
+            place,
+            detail = %damage,
+            "stored data failed its checks; its records were served from the object store \
+             instead (repair the file from a replica)"
+        );
+    }
+}
+
+/// Whether `place` has not been logged yet (and is now).
+fn first_report(place: &str) -> bool {
+    let mut logged = LOGGED.lock();
+    logged.len() < MAX_LOGGED && logged.insert(place.to_owned())
+}
+
 /// Counts and (once per place) logs a detection, and returns the client's error.
 pub fn detected(tier: Tier, place: &str, detail: &str) -> ErrorBody {
     let (label, reason) = match tier {
@@ -52,11 +82,7 @@ pub fn detected(tier: Tier, place: &str, detail: &str) -> ErrorBody {
             tier: label.to_owned(),
         })
         .inc();
-    let first = {
-        let mut logged = LOGGED.lock();
-        logged.len() < MAX_LOGGED && logged.insert(place.to_owned())
-    };
-    if first {
+    if first_report(place) {
         tracing::error!(
             tier = label,
             place,

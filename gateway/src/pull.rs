@@ -106,6 +106,9 @@ impl Broker {
         while pos < high_watermark {
             match tier.read(pos, max_bytes.max(1), Some(high_watermark)).await {
                 Ok(read) if !read.batches.is_empty() => {
+                    if let Some(damage) = &read.hot_damage {
+                        crate::corruption::served_around(damage);
+                    }
                     return Ok(ShardRead {
                         batches: read.batches,
                         next_offset: read.next_offset,

@@ -154,6 +154,9 @@ impl Subscription {
                     let cursor = shard.fanout.cursor();
                     match tier.read(*pos, self.read_limit, Some(cursor)).await {
                         Ok(read) if !read.batches.is_empty() => {
+                            if let Some(damage) = &read.hot_damage {
+                                crate::corruption::served_around(damage);
+                            }
                             let batch = LiveBatch {
                                 first_offset: *pos,
                                 next_offset: read.next_offset,

@@ -426,6 +426,7 @@ async fn read_whole_object(shard: &TieredShard, o: SegmentEntry) -> Result<Tiere
         batches: bytes.into(),
         next_offset: at,
         tier,
+        hot_damage: None,
     })
 }
 

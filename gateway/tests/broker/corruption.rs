@@ -40,7 +40,7 @@ fn segment_files(data_dir: &Path) -> Vec<PathBuf> {
 
 /// Adds 1 to the base offset (outside the batch CRC) of a batch in the middle of `path`;
 /// returns that batch's true base offset.
-fn bump_a_base_offset(path: &Path) -> u64 {
+pub(super) fn bump_a_base_offset(path: &Path) -> u64 {
     let mut bytes = std::fs::read(path).unwrap();
     let batches: Vec<(usize, usize, i64)> = {
         let mut iter = BatchIter::new(&bytes, usize::MAX);
@@ -105,6 +105,9 @@ async fn a_changed_base_offset_in_a_sealed_segment_is_refused_as_corrupt_over_qu
                 durable: Some(true),
                 shards: Some(1),
                 segment_bytes: Some(4096),
+                // Never uploaded: an uploaded range is served from the object store instead
+                // (broker::tiering::a_damaged_local_segment_that_was_uploaded_is_...).
+                tiered: Some(false),
                 ..Default::default()
             },
         )

@@ -806,3 +806,62 @@ async fn a_deleted_streams_objects_are_removed_after_a_crash_and_its_name_waits_
         "a new, empty stream"
     );
 }
+
+/// A damaged local segment whose records were uploaded before the damage is served around:
+/// a reader from earliest gets every record from the object store's verified copy instead of
+/// a `corrupt_data` refusal, and the damage is still counted and logged for the operator
+/// (docs/integrity.md, "Corruption is its own error").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_local_segment_that_was_uploaded_is_served_from_the_object_store() {
+    const N: u64 = 600;
+    let env = Tiering::new("heal").await;
+    let mut broker = Broker::start(env.options()).await;
+    let client = broker.client().await;
+    tiered_stream(&client, StreamConfig::default()).await;
+    publish(&client, 0, N).await;
+    wait_for_shard(&client, "all records uploaded", |s| s.uploaded_end == N).await;
+    drop(client);
+    broker.kill();
+
+    let dir = broker
+        .data_dir()
+        .join("streams")
+        .join(TENANT)
+        .join(NS)
+        .join(STREAM)
+        .join("0");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the shard's directory")
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 3,
+        "uploaded segments are still on local disk (hot retention keeps them): {files:?}"
+    );
+    let victim = super::corruption::bump_a_base_offset(&files[1]);
+    broker.restart().await;
+
+    let client = broker.client().await;
+    let events = subscribe_all(&client, StartAt::Earliest, N, "read across the damage").await;
+    assert_records(
+        &events,
+        0,
+        "every record, the damaged range from the object store",
+    );
+    assert!(events.iter().any(|e| e.offset == victim));
+
+    let detected: f64 = metric_lines(&broker.metrics().await, "felix_corruption_detected_total")
+        .iter()
+        .filter(|l| l.contains("tier=\"hot\""))
+        .map(|l| metric_value(l))
+        .sum();
+    assert!(detected >= 1.0, "the damage is counted ({detected})");
+    let log = std::fs::read_to_string(broker.log_path()).unwrap_or_default();
+    assert_eq!(
+        log.matches("served from the object store instead").count(),
+        1,
+        "logged once for the damaged file"
+    );
+}
