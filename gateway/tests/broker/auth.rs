@@ -653,7 +653,19 @@ async fn expired_revoked_and_malformed_tokens_are_refused_and_a_fresh_token_cont
 
 #[tokio::test]
 async fn revocation_reaches_every_broker_and_a_forwarded_publish_is_checked_again_at_the_owner() {
-    let cluster = Cluster::start_with(3, 1500, &[("FELIX_AUTH", "on")]).await;
+    // Auth on in a cluster needs a shared cluster secret (docs/internal-network.md).
+    let cluster = Cluster::start_with(
+        3,
+        1500,
+        &[
+            ("FELIX_AUTH", "on"),
+            (
+                "FELIX_CLUSTER_SECRET",
+                "revocation-test-cluster-secret-of-40-bytes",
+            ),
+        ],
+    )
+    .await;
     let token = admin_token(&cluster.brokers[0]);
     for b in &cluster.brokers[1..] {
         assert_eq!(
