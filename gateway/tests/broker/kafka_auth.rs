@@ -285,6 +285,38 @@ async fn sasl_plaintext_authenticates_kafka_clients_and_keeps_tenants_apart() {
         .unwrap();
     assert_eq!(theirs.shards[0].next_offset, 1, "the refusal wrote nothing");
     assert!(refusals(&broker, "forbidden").await >= before + 2.0);
+
+    // Without group.consume a consumer reads (assigned partitions need no group) but cannot
+    // commit its group's offset. (No stream.manage either: it uses globex's existing topic.)
+    let no_group = token(
+        &admin,
+        "globex",
+        &[
+            "stream.publish:globex/default/*",
+            "stream.subscribe:globex/default/*",
+        ],
+        None,
+    )
+    .await;
+    let out = sasl(&[
+        "roundtrip",
+        &bootstrap,
+        "orders",
+        "3",
+        "--mechanism",
+        "PLAIN",
+        "--token",
+        &no_group,
+    ])
+    .await;
+    assert_eq!(out["read"].as_array().map(Vec::len), Some(3), "{out}");
+    assert!(out["committed"].is_null(), "no offset committed: {out}");
+    assert!(
+        error_names(&out)
+            .iter()
+            .any(|n| n == "GROUP_AUTHORIZATION_FAILED"),
+        "the commit is refused for the group: {out}"
+    );
 }
 
 /// A self-signed certificate for `127.0.0.1` and `localhost`, written as PEM files.
