@@ -14,7 +14,9 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::common::{Broker, BrokerOptions, metric_lines, metric_value};
+use super::common::{
+    Broker, BrokerOptions, free_tcp_addr, metric_lines, metric_value, run_to_exit,
+};
 use super::kafka::{Kcat, Librdkafka, python_script};
 
 async fn sasl(args: &[&str]) -> Value {
@@ -389,6 +391,30 @@ async fn sasl_ssl_serves_plain_and_oauthbearer_over_tls_and_refuses_plaintext() 
     ];
     let out = sasl(&args).await;
     assert!(out.get("topics").is_none(), "plaintext on TLS: {out}");
+
+    // A certificate that cannot be read stops the start, naming the file.
+    let (admin_addr, internal_addr) = (free_tcp_addr().to_string(), free_tcp_addr().to_string());
+    let missing = dir.path().join("missing.pem");
+    let missing = missing.to_string_lossy();
+    let (code, stderr) = run_to_exit(
+        &[
+            "--quic-addr",
+            "127.0.0.1:0",
+            "--kafka-addr",
+            "127.0.0.1:0",
+            "--admin-addr",
+            &admin_addr,
+            "--internal-addr",
+            &internal_addr,
+            "--kafka-tls-cert",
+            &missing,
+            "--kafka-tls-key",
+            &key,
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("missing.pem"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -489,6 +515,39 @@ async fn a_kafka_request_before_sasl_or_after_the_token_expired_closes_the_conne
         "the next request after expiry closes the connection"
     );
     assert!(refusals(&broker, "token_expired").await > before);
+
+    // A v0 handshake: the SASL message follows as a bare frame, answered by an empty one.
+    let live = token(&admin, "acme", &[], None).await;
+    let mut s = TcpStream::connect(broker.kafka_addr).await.unwrap();
+    let mut hs = 5i16.to_be_bytes().to_vec();
+    hs.extend_from_slice(b"PLAIN");
+    let answer = ask(&mut s, &frame(SASL_HANDSHAKE, 0, 1, &hs))
+        .await
+        .unwrap();
+    assert_eq!(&answer[4..6], &[0, 0], "PLAIN is agreed (v0)");
+    let message = format!("\0user\0{live}");
+    let mut raw = (message.len() as u32).to_be_bytes().to_vec();
+    raw.extend_from_slice(message.as_bytes());
+    assert_eq!(
+        ask(&mut s, &raw).await,
+        Some(Vec::new()),
+        "empty SASL answer"
+    );
+    assert!(
+        ask(&mut s, &metadata).await.is_some(),
+        "served after a v0 login"
+    );
+    // ... and a bad bare message closes the connection.
+    let mut s = TcpStream::connect(broker.kafka_addr).await.unwrap();
+    ask(&mut s, &frame(SASL_HANDSHAKE, 0, 1, &hs))
+        .await
+        .unwrap();
+    let mut raw = 4u32.to_be_bytes().to_vec();
+    raw.extend_from_slice(b"junk");
+    assert!(
+        ask(&mut s, &raw).await.is_none(),
+        "a bad v0 login is closed"
+    );
 
     // Logging in with the expired token fails with SASL_AUTHENTICATION_FAILED (58).
     let mut s = TcpStream::connect(broker.kafka_addr).await.unwrap();
