@@ -171,6 +171,31 @@ mod tests {
         assert_eq!(oauthbearer_token(b""), Err(SaslError::OAuthShape));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_give_a_token_or_a_typed_error(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..512)
+        ) {
+            for m in SaslMechanism::ALL {
+                if let Ok(token) = m.token(&bytes) {
+                    proptest::prop_assert!(!token.is_empty());
+                }
+            }
+        }
+
+        #[test]
+        fn well_formed_messages_give_back_their_token(
+            user in "[a-z]{0,8}",
+            token in "[A-Za-z0-9._-]{1,64}",
+        ) {
+            let plain = format!("{user}\0{user}\0{token}");
+            proptest::prop_assert_eq!(plain_token(plain.as_bytes()), Ok(token.as_str()));
+            let authzid = if user.is_empty() { String::new() } else { format!("a={user}") };
+            let oauth = format!("n,{authzid},\x01host=h\x01auth=Bearer {token}\x01\x01");
+            proptest::prop_assert_eq!(oauthbearer_token(oauth.as_bytes()), Ok(token.as_str()));
+        }
+    }
+
     #[test]
     fn mechanisms_parse_by_their_exact_names() {
         assert_eq!(SaslMechanism::parse("PLAIN"), Some(SaslMechanism::Plain));
