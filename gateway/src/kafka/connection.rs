@@ -199,7 +199,14 @@ pub async fn serve<R, W>(
         };
         match answer {
             Ok(Some(bytes)) => {
-                match tokio::time::timeout(WRITE_TIMEOUT, writer.write_all(&bytes)).await {
+                // Flushed too: over TLS the last records of a large answer can stay in the
+                // session's buffer once the socket is full, until the next write, which
+                // would not come before the client's next request.
+                let write = async {
+                    writer.write_all(&bytes).await?;
+                    writer.flush().await
+                };
+                match tokio::time::timeout(WRITE_TIMEOUT, write).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
                         debug!(%peer, error = %e, "Kafka client went away before its answer");

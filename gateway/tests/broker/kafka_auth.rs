@@ -350,10 +350,11 @@ async fn sasl_ssl_serves_plain_and_oauthbearer_over_tls_and_refuses_plaintext() 
     tenant(&admin, "acme").await;
     let acme = token(&admin, "acme", &[], None).await;
     let tls = ["--protocol", "SASL_SSL", "--ca", &cert];
+    // 4 KiB values: fetch answers of megabytes, so TLS records outgrow the socket's buffer.
     let plain: Vec<&str> = tls
         .iter()
         .copied()
-        .chain(["--mechanism", "PLAIN", "--token", &acme])
+        .chain(["--mechanism", "PLAIN", "--token", &acme, "--pad", "4096"])
         .collect();
     let oauth: Vec<&str> = tls
         .iter()
@@ -361,7 +362,7 @@ async fn sasl_ssl_serves_plain_and_oauthbearer_over_tls_and_refuses_plaintext() 
         .chain(["--mechanism", "OAUTHBEARER", "--token", &acme])
         .collect();
     tokio::join!(
-        round_trip(&bootstrap, "tls-orders", 50, &plain, "SASL_SSL PLAIN"),
+        round_trip(&bootstrap, "tls-orders", 3000, &plain, "SASL_SSL PLAIN"),
         round_trip(
             &bootstrap,
             "tls-payments",

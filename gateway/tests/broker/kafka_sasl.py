@@ -56,7 +56,8 @@ def roundtrip(args):
             delivered.append(msg.offset())
 
     for i in range(args.count):
-        producer.produce(args.topic, key=f"key-{i}", value=f"value-{i}", on_delivery=on_delivery)
+        producer.produce(args.topic, key=f"key-{i}", value=f"value-{i}".ljust(args.pad, "."),
+                         on_delivery=on_delivery)
         producer.poll(0)
     unflushed = producer.flush(30)
     consumer = Consumer({**config(args, errors), "group.id": args.group,
@@ -71,7 +72,7 @@ def roundtrip(args):
         if msg.error():
             errors.append({"name": msg.error().name(), "message": msg.error().str()})
             break
-        read.append(msg.value().decode())
+        read.append(msg.value().decode().rstrip("."))
     # The group's offsets, committed through the coordinator (group.consume).
     committed = None
     if read:
@@ -155,6 +156,7 @@ def main():
     p.add_argument("--ca", default="")
     p.add_argument("--group", default="sasl-test")
     p.add_argument("--timeout", type=float, default=10)
+    p.add_argument("--pad", type=int, default=0, help="pad each value with '.' to this size")
     args = p.parse_args()
     {"roundtrip": roundtrip, "probe": probe, "produce_one": produce_one,
      "consume_one": consume_one}[args.command](args)
