@@ -81,7 +81,7 @@ fn spec(tenant: &str, allow: &[&str]) -> TokenSpec {
 }
 
 /// One HTTP/1.1 request with an optional bearer token and body: status and body.
-async fn http(
+pub(super) async fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,

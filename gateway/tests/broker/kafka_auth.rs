@@ -9,13 +9,15 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use felix_client::{Connection, TokenSpec, codes};
+use felix_client::{Connection, StreamConfig, TokenSpec, codes};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::auth::http;
+use super::cluster::Cluster;
 use super::common::{
-    Broker, BrokerOptions, free_tcp_addr, metric_lines, metric_value, run_to_exit,
+    Broker, BrokerOptions, PATIENCE, free_tcp_addr, metric_lines, metric_value, run_to_exit,
 };
 use super::kafka::{Kcat, Librdkafka, python_script};
 
@@ -557,4 +559,134 @@ async fn a_kafka_request_before_sasl_or_after_the_token_expired_closes_the_conne
         ask(&mut s, &metadata).await.is_none(),
         "closed after the failure"
     );
+}
+
+/// A Produce v3 (`acks=1`) of one batch to partition 0 of `topic`: the partition's error
+/// code.
+async fn produce_raw(s: &mut TcpStream, topic: &str, batch: &[u8]) -> i16 {
+    let mut body = (-1i16).to_be_bytes().to_vec(); // no transactional id
+    body.extend_from_slice(&1i16.to_be_bytes()); // acks
+    body.extend_from_slice(&10_000i32.to_be_bytes()); // timeout
+    body.extend_from_slice(&1i32.to_be_bytes()); // one topic
+    body.extend_from_slice(&(topic.len() as i16).to_be_bytes());
+    body.extend_from_slice(topic.as_bytes());
+    body.extend_from_slice(&1i32.to_be_bytes()); // one partition
+    body.extend_from_slice(&0i32.to_be_bytes());
+    body.extend_from_slice(&(batch.len() as i32).to_be_bytes());
+    body.extend_from_slice(batch);
+    let answer = ask(s, &frame(PRODUCE, 3, 9, &body))
+        .await
+        .expect("a produce answer");
+    // correlation id, topic count, topic name, partition count, partition index, error code
+    let at = 4 + 4 + 2 + topic.len() + 4 + 4;
+    i16::from_be_bytes([answer[at], answer[at + 1]])
+}
+
+const PRODUCE: i16 = 0;
+/// Kafka's TOPIC_AUTHORIZATION_FAILED.
+const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_kafka_produce_forwarded_to_the_shard_owner_is_checked_again_there_with_the_callers_token()
+ {
+    let cluster =
+        Cluster::start_authenticated(3, "kafka-sasl-test-cluster-secret-0123456789").await;
+    let bootstrap = cluster.brokers[0]
+        .admin_token()
+        .expect("the bootstrap admin token");
+    let admin = cluster.brokers[0].client().await;
+    tenant(&admin, "t").await;
+    let config = StreamConfig {
+        durable: Some(true),
+        shards: Some(1),
+        ..StreamConfig::default()
+    };
+    admin
+        .create_stream("t", "default", "fwd", config)
+        .await
+        .expect("create stream");
+    let deadline = Instant::now() + PATIENCE;
+    let leader = loop {
+        if let Some((id, _)) = admin
+            .topology("t", "default", "fwd")
+            .await
+            .ok()
+            .and_then(|t| t.leader(0))
+        {
+            break id;
+        }
+        assert!(Instant::now() < deadline, "no leader for t/default/fwd");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let owner = &cluster.brokers[leader as usize - 1];
+    let ingress = cluster
+        .brokers
+        .iter()
+        .find(|b| b.kafka_addr != owner.kafka_addr)
+        .unwrap();
+    let next_offset = || async {
+        let owner_admin = owner.client().await;
+        owner_admin
+            .describe_stream("t", "default", "fwd")
+            .await
+            .expect("describe")
+            .shards[0]
+            .next_offset
+    };
+    let before = next_offset().await;
+    let reader = token(&admin, "t", &["stream.subscribe:t/*"], None).await;
+    let writer = token(&admin, "t", &["stream.publish:t/*"], None).await;
+    let batch = felix_wire::BatchBuilder::new(felix_wire::Compression::None)
+        .with(felix_wire::Record::value(
+            1_700_000_000_000,
+            bytes::Bytes::from_static(b"forwarded"),
+        ))
+        .build()
+        .expect("batch encodes");
+
+    // Refused at the broker reached...
+    let mut s = TcpStream::connect(ingress.kafka_addr).await.unwrap();
+    assert_eq!(plain_login(&mut s, &reader).await, 0);
+    assert_eq!(
+        produce_raw(&mut s, "fwd", &batch).await,
+        TOPIC_AUTHORIZATION_FAILED,
+        "checked at the ingress"
+    );
+    // ... and, with that check switched off, at the owner the publish is forwarded to.
+    let (status, body) = http(
+        ingress.admin_addr,
+        "POST",
+        "/v1/faults/skip_ingress_publish_check",
+        Some(&bootstrap),
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let forwarded = || async {
+        metric_lines(&ingress.metrics().await, "felix_publishes_forwarded_total")
+            .into_iter()
+            .map(metric_value)
+            .sum::<f64>()
+    };
+    let sent = forwarded().await;
+    assert_eq!(
+        produce_raw(&mut s, "fwd", &batch).await,
+        TOPIC_AUTHORIZATION_FAILED,
+        "checked again at the owner"
+    );
+    assert_eq!(
+        forwarded().await,
+        sent + 1.0,
+        "the refusal came from the owner"
+    );
+    assert_eq!(next_offset().await, before, "nothing written");
+    // The token travels with the publish: one that grants it lands through the same path.
+    let mut s = TcpStream::connect(ingress.kafka_addr).await.unwrap();
+    assert_eq!(plain_login(&mut s, &writer).await, 0);
+    assert_eq!(
+        produce_raw(&mut s, "fwd", &batch).await,
+        0,
+        "forwarded and written"
+    );
+    assert_eq!(next_offset().await, before + 1);
 }
