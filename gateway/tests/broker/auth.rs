@@ -660,7 +660,8 @@ async fn expired_revoked_and_malformed_tokens_are_refused_and_a_fresh_token_cont
 
 #[tokio::test]
 async fn revocation_reaches_every_broker_and_a_forwarded_publish_is_checked_again_at_the_owner() {
-    let cluster = Cluster::start_with(3, 1500, &[("FELIX_AUTH", "on")]).await;
+    let cluster =
+        Cluster::start_authenticated(3, "auth-test-cluster-secret-0123456789abcdef").await;
     let token = admin_token(&cluster.brokers[0]);
     for b in &cluster.brokers[1..] {
         assert_eq!(
