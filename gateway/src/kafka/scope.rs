@@ -12,7 +12,8 @@
 //! and counted in `felix_auth_refusals_total`), and answers the Kafka code a client acts on:
 //! `TOPIC_AUTHORIZATION_FAILED`, `GROUP_AUTHORIZATION_FAILED` or
 //! `CLUSTER_AUTHORIZATION_FAILED` for a missing grant, `SASL_AUTHENTICATION_FAILED` for a
-//! token that is no longer live.
+//! token that is no longer live (which the connection's gate normally catches first, closing
+//! it: see `connection.rs`).
 
 use std::sync::Arc;
 
