@@ -240,6 +240,8 @@ async fn listen(
     let quic_addr = local_or_configured(endpoint.local_addr(), config.quic_addr);
     let admin_addr = local_or_configured(admin_listener.local_addr(), config.admin_addr);
     let kafka_addr = local_or_configured(kafka.local_addr(), config.kafka_addr);
+    // Which Kafka clients can connect: a listener is TLS or plaintext by configuration.
+    let kafka_kind = if kafka.tls() { " (TLS)" } else { "" };
     let kafka_offsets = kafka.offsets_flusher();
 
     let (stop, stopped) = watch::channel(false);
@@ -272,11 +274,12 @@ async fn listen(
         ),
     };
     eprintln!(
-        "felix node {} ready: quic {}, admin {}, kafka {}, data {} ({})",
+        "felix node {} ready: quic {}, admin {}, kafka {}{}, data {} ({})",
         config.node_id,
         quic_addr,
         admin_addr,
         kafka_addr,
+        kafka_kind,
         config.data_dir.display(),
         trust
     );

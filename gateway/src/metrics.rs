@@ -306,7 +306,8 @@ impl Metrics {
         registry.register(
             "felix_auth_refusals",
             "Requests refused by authorization (auth on), by reason: missing_token, \
-             invalid_token, token_expired, token_revoked, forbidden",
+             invalid_token, token_expired, token_revoked, forbidden, and on the Kafka \
+             listener invalid_sasl, sasl_state, principal_changed",
             m.auth_refusals.clone(),
         );
         registry.register(

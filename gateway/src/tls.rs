@@ -150,7 +150,7 @@ fn transport_config(idle_timeout: Duration) -> anyhow::Result<quinn::TransportCo
 }
 
 /// Reads a PEM certificate chain (leaf first).
-fn load_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+pub(crate) fn load_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let chain = CertificateDer::pem_file_iter(path)
         .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
         .with_context(|| format!("reading TLS certificate {}", path.display()))?;
@@ -164,7 +164,7 @@ fn load_chain(path: &Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
 }
 
 /// Reads a PEM private key (PKCS#8, PKCS#1 or SEC1).
-fn load_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+pub(crate) fn load_key(path: &Path) -> anyhow::Result<PrivateKeyDer<'static>> {
     PrivateKeyDer::from_pem_file(path).with_context(|| {
         format!(
             "reading TLS private key {} (a PEM PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY)",

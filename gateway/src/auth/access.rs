@@ -123,6 +123,13 @@ impl AccessControl {
         })
     }
 
+    /// A bearer credential (SASL OAUTHBEARER on the Kafka listener): the one door through
+    /// which a token presented as a bearer is verified, so that accepting another issuer's
+    /// token (the OIDC exchange) is a change here alone. Today: a Felix token.
+    pub fn authenticate_bearer(&self, token: &str) -> Result<Arc<Credential>, ErrorBody> {
+        self.authenticate(token)
+    }
+
     /// [`authenticate`](Self::authenticate) for callers that present the token with every
     /// request: a token verified before is taken from a cache (its expiry and revocation are
     /// still checked by every later check, as for a connection's token).

@@ -489,7 +489,8 @@ settings! {
 
     /// The Kafka protocol listener (TCP).
     ///
-    /// Its topics are the streams of tenant `default`, namespace `default`; see docs/kafka.md.
+    /// Its topics are the streams of tenant `default`, namespace `default`, or with auth on of
+    /// the SASL principal's tenant and namespace; see docs/kafka.md.
     /// Must differ from `admin_addr` and `internal_addr`. Port 0 picks a free port; the ready
     /// line shows it.
     ///
@@ -514,6 +515,22 @@ settings! {
     /// Default: `true`
     #[arg(env = "FELIX_KAFKA_AUTO_CREATE_TOPICS", value_name = "BOOL", value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
     kafka_auto_create_topics: bool = true;
+
+    /// PEM certificate chain (leaf first) the Kafka listener presents: with it (and
+    /// `kafka_tls_key`) the listener speaks only TLS (clients use `SSL` or `SASL_SSL`).
+    ///
+    /// Needs `kafka_tls_key`. Without both, the listener speaks only plaintext (`PLAINTEXT`
+    /// or `SASL_PLAINTEXT`). See docs/kafka.md.
+    ///
+    /// Default: none
+    #[arg(env = "FELIX_KAFKA_TLS_CERT", value_name = "FILE")]
+    kafka_tls_cert: PathBuf;
+
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) of `kafka_tls_cert`.
+    ///
+    /// Default: none
+    #[arg(env = "FELIX_KAFKA_TLS_KEY", value_name = "FILE")]
+    kafka_tls_key: PathBuf;
 
     /// Whether every door asks who is knocking: clients present a token (QUIC `hello`,
     /// Kafka SASL, admin HTTP `Authorization: Bearer`) and peers authenticate on the

@@ -397,6 +397,31 @@ fn a_certificate_needs_its_key() {
 }
 
 #[test]
+fn a_kafka_certificate_needs_its_key_and_both_come_from_the_environment() {
+    let msg = refused(&flags(&["--kafka-tls-cert=c.pem"]), &HashMap::new());
+    assert!(msg.contains("kafka_tls_key"), "{msg}");
+    let msg = refused(&Args::default(), &env(&[("FELIX_KAFKA_TLS_KEY", "k.pem")]));
+    assert!(msg.contains("kafka_tls_cert"), "{msg}");
+    let c = load(
+        &Args::default(),
+        &env(&[
+            ("FELIX_KAFKA_TLS_CERT", "/etc/felix/kafka.pem"),
+            ("FELIX_KAFKA_TLS_KEY", "/etc/felix/kafka.key"),
+        ]),
+    )
+    .expect("both given");
+    assert_eq!(
+        c.kafka_tls_cert,
+        Some(PathBuf::from("/etc/felix/kafka.pem"))
+    );
+    assert_eq!(c.kafka_tls_key, Some(PathBuf::from("/etc/felix/kafka.key")));
+    assert_eq!(
+        c.tls_cert, None,
+        "the QUIC certificate is a separate setting"
+    );
+}
+
+#[test]
 fn a_cluster_must_contain_this_node() {
     let msg = refused(
         &flags(&["--node-id=4", "--cluster=1=127.0.0.1:1,2=127.0.0.1:2"]),

@@ -61,6 +61,21 @@ impl BrokerConfig {
             }
             _ => {}
         }
+        match (&self.kafka_tls_cert, &self.kafka_tls_key) {
+            (Some(_), None) => {
+                return Err(invalid(
+                    "kafka_tls_cert",
+                    "is set without kafka_tls_key (--kafka-tls-key)",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(invalid(
+                    "kafka_tls_key",
+                    "is set without kafka_tls_cert (--kafka-tls-cert)",
+                ));
+            }
+            _ => {}
+        }
         felix_hot::FsyncPolicy::from_str(&self.fsync).map_err(|e| invalid("fsync", e))?;
         self.check_each()?;
         self.quota_limits()?;

@@ -34,6 +34,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    // v0 too: librdkafka 2.0 asks for it before it uses PLAIN (the bare SASL frame that
+    // follows a v0 handshake is handled in `sasl`).
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
     // Advertised only to be refused with a message (see `unbuilt`).
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ShareGroupHeartbeat, 1, 1),

@@ -4,7 +4,8 @@
 //! Decides one difference from Kafka plainly: AlterConfigs sets the configs it names and
 //! leaves the others as they are (Kafka resets unnamed ones to their defaults), because a
 //! Felix alter is a patch. Broker configs are described as an empty set and cannot be
-//! altered.
+//! altered. Describing a topic's configs needs any grant on it, altering them
+//! `stream.manage`, checked before any work.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::describe_configs_response::{
@@ -18,7 +19,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::Kafka;
 use super::errors::kafka_error;
+use super::scope::{On, Scope};
 use super::topics::{resolve, stream_config, topic_configs};
+use felix_meta::auth::Action;
 
 /// Kafka's ConfigResource types.
 const TOPIC: i8 = 2;
@@ -40,10 +43,11 @@ fn sb(s: &str) -> StrBytes {
 /// DescribeConfigs: a topic's settings (all, or the named keys).
 pub async fn describe_configs(
     kafka: &Kafka,
+    scope: &Scope,
     request: DescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResponse {
-    let s = &kafka.settings;
+    let s = scope;
     let mut results = Vec::with_capacity(request.resources.len());
     for resource in request.resources {
         let base = DescribeConfigsResult::default()
@@ -52,7 +56,10 @@ pub async fn describe_configs(
         let name = resource.resource_name.to_string();
         let result = match resource.resource_type {
             BROKER => base,
-            TOPIC => match resolve(kafka, &name, false).await {
+            TOPIC => match match scope.allow_view(kafka, &name, On::Topic) {
+                Ok(()) => resolve(kafka, scope, &name, false).await,
+                Err(e) => Err(e),
+            } {
                 Err(error) => base.with_error_code(error.code()),
                 Ok(_) => match kafka
                     .broker
@@ -105,6 +112,7 @@ pub async fn describe_configs(
 /// Sets a topic's configs (or only checks them): `Ok` or the Kafka error and message.
 async fn alter_topic(
     kafka: &Kafka,
+    scope: &Scope,
     resource_type: i8,
     name: &str,
     configs: Vec<(String, Option<String>)>,
@@ -116,14 +124,17 @@ async fn alter_topic(
             format!("only topic configs can be altered, not resource type {resource_type}"),
         ));
     }
-    resolve(kafka, name, false)
+    scope
+        .allow(kafka, Action::StreamManage, name, On::Topic)
+        .map_err(|e| (e, format!("not allowed to alter topic {name:?}")))?;
+    resolve(kafka, scope, name, false)
         .await
         .map_err(|e| (e, format!("topic {name:?}: {e}")))?;
     let patch = stream_config(&configs)?;
     if validate_only {
         return Ok(());
     }
-    let s = &kafka.settings;
+    let s = scope;
     kafka
         .broker
         .alter_stream(&s.tenant, &s.namespace, name, patch)
@@ -139,7 +150,11 @@ async fn alter_topic(
 }
 
 /// AlterConfigs: sets the named configs of each topic.
-pub async fn alter_configs(kafka: &Kafka, request: AlterConfigsRequest) -> AlterConfigsResponse {
+pub async fn alter_configs(
+    kafka: &Kafka,
+    scope: &Scope,
+    request: AlterConfigsRequest,
+) -> AlterConfigsResponse {
     use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
     let mut responses = Vec::with_capacity(request.resources.len());
     for r in request.resources {
@@ -150,6 +165,7 @@ pub async fn alter_configs(kafka: &Kafka, request: AlterConfigsRequest) -> Alter
             .collect();
         let outcome = alter_topic(
             kafka,
+            scope,
             r.resource_type,
             &r.resource_name,
             configs,
@@ -173,6 +189,7 @@ pub async fn alter_configs(kafka: &Kafka, request: AlterConfigsRequest) -> Alter
 /// are refused).
 pub async fn incremental_alter_configs(
     kafka: &Kafka,
+    scope: &Scope,
     request: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
@@ -195,6 +212,7 @@ pub async fn incremental_alter_configs(
                 .collect();
             alter_topic(
                 kafka,
+                scope,
                 r.resource_type,
                 &r.resource_name,
                 configs,

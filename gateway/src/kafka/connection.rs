@@ -6,7 +6,10 @@
 //! this listener does not serve or cannot decode (never a panic: see [`super::api`]), a
 //! response that cannot be written within [`WRITE_TIMEOUT`], [`super::IDLE_TIMEOUT`]
 //! without a request, a request whose bytes do not all arrive within [`REQUEST_TIMEOUT`],
-//! or the broker stopping. Each is logged with the peer's address.
+//! or the broker stopping, and with auth on, a request other than ApiVersions and SASL
+//! before authentication, a failed authentication, or a request after the connection's
+//! token expired or was revoked (see [`super::sasl`]). Each is logged with the peer's
+//! address.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -15,13 +18,14 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tracing::{debug, warn};
 
 use super::api::{self, Route};
 use super::groups::{self, Caller};
+use super::sasl::{self, SaslState};
+use super::scope::Scope;
 use super::{IDLE_TIMEOUT, Kafka, configs, fetch, list_offsets, produce, topics, unbuilt};
 
 /// How long writing one response may take before the client is considered gone.
@@ -137,30 +141,35 @@ struct Session {
     /// How long to read nothing more after this answer: a produce over its tenant's publish
     /// quota (Kafka's KIP-219 mute).
     muted_for: Duration,
+    /// Whose topics and groups, and the credential requests are checked against.
+    scope: Scope,
+    sasl: SaslState,
+    /// Close the connection once this answer is written (a failed authentication).
+    close: bool,
 }
 
-/// Serves one connection until it ends.
-pub async fn serve(
-    stream: TcpStream,
+/// Serves one connection (its two halves, plaintext or TLS) until it ends. `advertised`
+/// is the address the client reached.
+pub async fn serve<R, W>(
+    reader: R,
+    mut writer: W,
     peer: SocketAddr,
+    advertised: SocketAddr,
     kafka: Arc<Kafka>,
     mut shutdown: watch::Receiver<bool>,
-) {
-    let _ = stream.set_nodelay(true);
-    let advertised = match stream.local_addr() {
-        Ok(a) => a,
-        Err(e) => {
-            debug!(%peer, error = %e, "Kafka connection without a local address");
-            return;
-        }
-    };
-    let (reader, mut writer) = stream.into_split();
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
     let mut reader = BufReader::with_capacity(64 << 10, reader);
     let mut session = Session {
         peer,
         advertised,
         client_id: String::new(),
         muted_for: Duration::ZERO,
+        scope: Scope::listener(&kafka),
+        sasl: SaslState::new(),
+        close: false,
     };
     loop {
         let frame = tokio::select! {
@@ -190,7 +199,14 @@ pub async fn serve(
         };
         match answer {
             Ok(Some(bytes)) => {
-                match tokio::time::timeout(WRITE_TIMEOUT, writer.write_all(&bytes)).await {
+                // Flushed too: over TLS the last records of a large answer can stay in the
+                // session's buffer once the socket is full, until the next write, which
+                // would not come before the client's next request.
+                let write = async {
+                    writer.write_all(&bytes).await?;
+                    writer.flush().await
+                };
+                match tokio::time::timeout(WRITE_TIMEOUT, write).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
                         debug!(%peer, error = %e, "Kafka client went away before its answer");
@@ -207,6 +223,11 @@ pub async fn serve(
                 warn!(%peer, client = session.client_id, error = %format!("{e:#}"), "closing a Kafka connection");
                 return;
             }
+        }
+        if session.close {
+            let _ = writer.flush().await;
+            debug!(%peer, client = session.client_id, "closing a Kafka connection after its SASL refusal");
+            return;
         }
         // Throttled for its tenant's publish quota: the answer (with throttle_time_ms) is
         // out; read nothing more until the throttle has passed, so that a client that
@@ -228,6 +249,17 @@ async fn handle(
     session: &mut Session,
     frame: Bytes,
 ) -> anyhow::Result<Option<Bytes>> {
+    if sasl::expects_raw(&session.sasl) {
+        // After a v0 SaslHandshake: the frame is the bare SASL message, not a request.
+        let answer = sasl::raw_authenticate(
+            kafka,
+            &mut session.sasl,
+            &mut session.scope,
+            &frame,
+            &session.peer,
+        )?;
+        return Ok(Some(answer));
+    }
     let prefix = api::prefix(&frame)?;
     let cid = prefix.correlation_id;
     let (api, version) = match api::route(&prefix)? {
@@ -269,14 +301,34 @@ async fn serve_request(
             Some(api::encode_response(cid, version, &answer)?)
         }};
     }
+    gate(kafka, session, api)?;
     let advertised = session.advertised;
     let host = session.peer.ip().to_string();
     let caller = Caller {
         client_id: &session.client_id,
         host: &host,
     };
+    let scope = &session.scope;
     let answer = match api {
         ApiKey::ApiVersions => serve!(ApiVersionsRequest, |_r| api::api_versions(None)),
+        ApiKey::SaslHandshake => {
+            let r: SaslHandshakeRequest = api::decode_body(buf, api, version)?;
+            let (answer, go_on) = sasl::handshake(&mut session.sasl, &r, version);
+            session.close = !go_on;
+            Some(api::encode_response(cid, version, &answer)?)
+        }
+        ApiKey::SaslAuthenticate => {
+            let r: SaslAuthenticateRequest = api::decode_body(buf, api, version)?;
+            let (answer, go_on) = sasl::authenticate(
+                kafka,
+                &mut session.sasl,
+                &mut session.scope,
+                &r,
+                &session.peer,
+            );
+            session.close = !go_on;
+            Some(api::encode_response(cid, version, &answer)?)
+        }
         ApiKey::ConsumerGroupHeartbeat => serve!(ConsumerGroupHeartbeatRequest, |r| {
             unbuilt::consumer_group_heartbeat(r)
         }),
@@ -286,64 +338,111 @@ async fn serve_request(
             })
         }
         ApiKey::Metadata => serve!(MetadataRequest, |r| topics::metadata(
-            kafka, r, version, advertised
+            kafka, scope, r, version, advertised
         )
         .await),
         ApiKey::Produce => {
             let r: ProduceRequest = api::decode_body(buf, api, version)?;
-            let (answer, mute) = produce::produce(kafka, r, version).await;
+            let (answer, mute) = produce::produce(kafka, scope, r, version).await;
             session.muted_for = mute;
             match answer {
                 Some(answer) => Some(api::encode_response(cid, version, &answer)?),
                 None => None,
             }
         }
-        ApiKey::Fetch => serve!(FetchRequest, |r| fetch::fetch(kafka, r, version).await),
-        ApiKey::ListOffsets => serve!(ListOffsetsRequest, |r| list_offsets::list_offsets(kafka, r)
+        ApiKey::Fetch => serve!(FetchRequest, |r| fetch::fetch(kafka, scope, r, version)
             .await),
+        ApiKey::ListOffsets => serve!(ListOffsetsRequest, |r| list_offsets::list_offsets(
+            kafka, scope, r
+        )
+        .await),
         ApiKey::CreateTopics => serve!(CreateTopicsRequest, |r| topics::create_topics(
-            kafka, r, version
+            kafka, scope, r, version
         )
         .await),
         ApiKey::DeleteTopics => serve!(DeleteTopicsRequest, |r| topics::delete_topics(
-            kafka, r, version
+            kafka, scope, r, version
         )
         .await),
         ApiKey::InitProducerId => serve!(InitProducerIdRequest, |r| produce::init_producer_id(
-            kafka, r
+            kafka, scope, r
         )
         .await),
         ApiKey::FindCoordinator => serve!(FindCoordinatorRequest, |r| groups::find_coordinator(
-            kafka, r, version, advertised
+            kafka, scope, r, version, advertised
         )),
-        ApiKey::JoinGroup => serve!(JoinGroupRequest, |r| groups::join_group(kafka, r, caller)
-            .await),
-        ApiKey::SyncGroup => serve!(SyncGroupRequest, |r| groups::sync_group(kafka, r).await),
-        ApiKey::Heartbeat => serve!(HeartbeatRequest, |r| groups::heartbeat(kafka, r)),
-        ApiKey::LeaveGroup => serve!(LeaveGroupRequest, |r| groups::leave_group(
-            kafka, r, version
-        )),
-        ApiKey::OffsetCommit => serve!(OffsetCommitRequest, |r| groups::offset_commit(kafka, r)
-            .await),
-        ApiKey::OffsetFetch => serve!(OffsetFetchRequest, |r| groups::offset_fetch(kafka, r).await),
-        ApiKey::ListGroups => serve!(ListGroupsRequest, |r| groups::list_groups(kafka, r).await),
-        ApiKey::DescribeGroups => {
-            serve!(DescribeGroupsRequest, |r| groups::describe_groups(kafka, r)
-                .await)
-        }
-        ApiKey::DescribeConfigs => serve!(DescribeConfigsRequest, |r| configs::describe_configs(
-            kafka, r, version
+        ApiKey::JoinGroup => serve!(JoinGroupRequest, |r| groups::join_group(
+            kafka, scope, r, caller
         )
         .await),
-        ApiKey::AlterConfigs => serve!(AlterConfigsRequest, |r| configs::alter_configs(kafka, r)
+        ApiKey::SyncGroup => serve!(SyncGroupRequest, |r| groups::sync_group(kafka, scope, r)
             .await),
+        ApiKey::Heartbeat => serve!(HeartbeatRequest, |r| groups::heartbeat(kafka, scope, r)),
+        ApiKey::LeaveGroup => serve!(LeaveGroupRequest, |r| groups::leave_group(
+            kafka, scope, r, version
+        )),
+        ApiKey::OffsetCommit => serve!(OffsetCommitRequest, |r| groups::offset_commit(
+            kafka, scope, r
+        )
+        .await),
+        ApiKey::OffsetFetch => serve!(OffsetFetchRequest, |r| groups::offset_fetch(
+            kafka, scope, r
+        )
+        .await),
+        ApiKey::ListGroups => serve!(ListGroupsRequest, |r| groups::list_groups(kafka, scope, r)
+            .await),
+        ApiKey::DescribeGroups => {
+            serve!(DescribeGroupsRequest, |r| groups::describe_groups(
+                kafka, scope, r
+            )
+            .await)
+        }
+        ApiKey::DescribeConfigs => serve!(DescribeConfigsRequest, |r| configs::describe_configs(
+            kafka, scope, r, version
+        )
+        .await),
+        ApiKey::AlterConfigs => serve!(AlterConfigsRequest, |r| configs::alter_configs(
+            kafka, scope, r
+        )
+        .await),
         ApiKey::IncrementalAlterConfigs => serve!(IncrementalAlterConfigsRequest, |r| {
-            configs::incremental_alter_configs(kafka, r).await
+            configs::incremental_alter_configs(kafka, scope, r).await
         }),
         // `route` admits only the APIs above.
         other => anyhow::bail!("{other:?} is not served"),
     };
     Ok(answer)
+}
+
+/// With auth on, what a request needs before it is even decoded: an authenticated
+/// connection (but for ApiVersions and the SASL exchange itself) whose token is still live.
+/// A refusal closes the connection: the client connects and authenticates again.
+fn gate(kafka: &Kafka, session: &Session, api: ApiKey) -> anyhow::Result<()> {
+    let access = kafka.broker.access();
+    if !access.enabled()
+        || matches!(
+            api,
+            ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+        )
+    {
+        return Ok(());
+    }
+    if !session.sasl.authenticated() {
+        kafka.broker.metrics().auth_refused("missing_token");
+        anyhow::bail!(
+            "{api:?} before SASL authentication: auth is on, so this listener serves only \
+             SASL clients (PLAIN or OAUTHBEARER with a Felix token)"
+        );
+    }
+    if let Err(e) = access.still_live(session.scope.credential.as_deref()) {
+        kafka.broker.metrics().auth_refused(&e.reason);
+        anyhow::bail!(
+            "{api:?} refused: {} ({}); the client must authenticate again",
+            e.message,
+            e.reason
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]

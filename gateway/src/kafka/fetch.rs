@@ -7,7 +7,8 @@
 //! batch (KIP-74) so a consumer cannot stall on a large batch. The answer goes out once
 //! `min_bytes` are gathered, an error is met, or `max_wait_ms` has passed; until then the
 //! request waits for any of its partitions' high watermarks to move. No fetch sessions: the
-//! answer's session id 0 tells clients to send full requests.
+//! answer's session id 0 tells clients to send full requests. Each topic's
+//! `stream.subscribe` is checked before it is resolved.
 
 use std::time::Duration;
 
@@ -20,8 +21,10 @@ use tokio::time::Instant;
 
 use super::Kafka;
 use super::errors::kafka_error;
+use super::scope::{On, Scope};
 use super::topics::resolve;
 use crate::broker::StreamShape;
+use felix_meta::auth::Action;
 
 /// The most one Fetch answers, whatever the client asks (Kafka's default
 /// `fetch.max.bytes` is 50 MiB).
@@ -38,7 +41,12 @@ struct Wanted {
 }
 
 /// Serves a Fetch request.
-pub async fn fetch(kafka: &Kafka, request: FetchRequest, version: i16) -> FetchResponse {
+pub async fn fetch(
+    kafka: &Kafka,
+    scope: &Scope,
+    request: FetchRequest,
+    version: i16,
+) -> FetchResponse {
     if version >= 7 && request.session_id != 0 {
         return FetchResponse::default()
             .with_error_code(ResponseError::FetchSessionIdNotFound.code())
@@ -55,7 +63,10 @@ pub async fn fetch(kafka: &Kafka, request: FetchRequest, version: i16) -> FetchR
     let mut topics: Vec<(TopicName, Result<StreamShape, ResponseError>)> = Vec::new();
     let mut wanted = Vec::new();
     for t in request.topics {
-        let shape = resolve(kafka, &t.topic, false).await;
+        let shape = match scope.allow(kafka, Action::StreamSubscribe, &t.topic, On::Topic) {
+            Ok(()) => resolve(kafka, scope, &t.topic, false).await,
+            Err(e) => Err(e),
+        };
         topics.push((t.topic, shape));
         for p in t.partitions {
             wanted.push(Wanted {
@@ -73,8 +84,8 @@ pub async fn fetch(kafka: &Kafka, request: FetchRequest, version: i16) -> FetchR
             if let (_, Ok(shape)) = &topics[w.topic]
                 && let Some(shard) = shard_of(shape, w.partition)
                 && let Ok(rx) = kafka.broker.watch_high_watermark(
-                    &kafka.settings.tenant,
-                    &kafka.settings.namespace,
+                    &scope.tenant,
+                    &scope.namespace,
                     &shape.name,
                     shard,
                 )
@@ -82,7 +93,7 @@ pub async fn fetch(kafka: &Kafka, request: FetchRequest, version: i16) -> FetchR
                 watches.push(rx);
             }
         }
-        let (partitions, total, failed) = read_all(kafka, &topics, &wanted, max_bytes).await;
+        let (partitions, total, failed) = read_all(kafka, scope, &topics, &wanted, max_bytes).await;
         if total >= min_bytes || failed || Instant::now() >= deadline || watches.is_empty() {
             return response(&topics, &wanted, partitions);
         }
@@ -92,7 +103,7 @@ pub async fn fetch(kafka: &Kafka, request: FetchRequest, version: i16) -> FetchR
             Ok((Ok(()), _, _)) => continue,
             // A shard closed (stream deleted, broker stopping) or the time is up: answer.
             Ok((Err(_), _, _)) | Err(_) => {
-                let (partitions, _, _) = read_all(kafka, &topics, &wanted, max_bytes).await;
+                let (partitions, _, _) = read_all(kafka, scope, &topics, &wanted, max_bytes).await;
                 return response(&topics, &wanted, partitions);
             }
         }
@@ -107,11 +118,12 @@ fn shard_of(shape: &StreamShape, partition: i32) -> Option<u32> {
 /// gathered, and whether any partition failed.
 async fn read_all(
     kafka: &Kafka,
+    scope: &Scope,
     topics: &[(TopicName, Result<StreamShape, ResponseError>)],
     wanted: &[Wanted],
     max_bytes: usize,
 ) -> (Vec<PartitionData>, usize, bool) {
-    let s = &kafka.settings;
+    let s = scope;
     let mut total = 0usize;
     let mut failed = false;
     let mut out = Vec::with_capacity(wanted.len());

@@ -16,16 +16,28 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::Kafka;
 use super::errors::kafka_error;
+use super::scope::{On, Scope};
 use super::topics::resolve;
+use felix_meta::auth::Action;
 
 const EARLIEST: i64 = -2;
 const LATEST: i64 = -1;
 
 /// Serves a ListOffsets request.
-pub async fn list_offsets(kafka: &Kafka, request: ListOffsetsRequest) -> ListOffsetsResponse {
+///
+/// Reading where a partition starts and ends is reading it: `stream.subscribe`, checked
+/// per topic before it is resolved.
+pub async fn list_offsets(
+    kafka: &Kafka,
+    scope: &Scope,
+    request: ListOffsetsRequest,
+) -> ListOffsetsResponse {
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
-        let shape = resolve(kafka, &topic.name, false).await;
+        let shape = match scope.allow(kafka, Action::StreamSubscribe, &topic.name, On::Topic) {
+            Ok(()) => resolve(kafka, scope, &topic.name, false).await,
+            Err(e) => Err(e),
+        };
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
             let base = ListOffsetsPartitionResponse::default()
@@ -36,7 +48,7 @@ pub async fn list_offsets(kafka: &Kafka, request: ListOffsetsRequest) -> ListOff
                     .ok()
                     .filter(|k| *k < shape.shards)
                 {
-                    Some(shard) => offset_for(kafka, &shape.name, shard, p.timestamp).await,
+                    Some(shard) => offset_for(kafka, scope, &shape.name, shard, p.timestamp).await,
                     None => Err(ResponseError::UnknownTopicOrPartition),
                 },
                 Err(e) => Err(*e),
@@ -61,11 +73,12 @@ pub async fn list_offsets(kafka: &Kafka, request: ListOffsetsRequest) -> ListOff
 /// `(offset, timestamp)` for one partition and a ListOffsets timestamp.
 async fn offset_for(
     kafka: &Kafka,
+    scope: &Scope,
     stream: &str,
     shard: u32,
     timestamp: i64,
 ) -> Result<(i64, i64), ResponseError> {
-    let s = &kafka.settings;
+    let s = scope;
     let broker = &kafka.broker;
     let bounds = broker
         .shard_bounds(&s.tenant, &s.namespace, stream, shard)

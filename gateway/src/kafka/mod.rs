@@ -1,9 +1,9 @@
 //! The Kafka protocol listener: existing Kafka producers, consumers and tools talk to Felix
 //! unchanged (docs/kafka.md).
 //!
-//! Decides how Kafka's model maps onto Felix's: one listener serves one tenant and namespace
-//! (`default`/`default` in the embedded default), a topic is a stream of that namespace and
-//! a partition is a shard. This broker leads every partition.
+//! Decides how Kafka's model maps onto Felix's: a topic is a stream of the connection's
+//! tenant and namespace (`default`/`default` with auth off; with auth on, the SASL
+//! principal's: see [`scope`]) and a partition is a shard.
 //!
 //! The invariant: the log already stores Kafka RecordBatch v2, so a produce appends the
 //! batches the client sent (the broker stamps only the base offset and the leader epoch) and
@@ -12,6 +12,10 @@
 //!
 //! * [`api`] — the supported APIs and versions, request decoding, response encoding.
 //! * [`connection`] — framing and one connection's requests, answered in order.
+//! * [`tls`] — TLS on the listener, when it has a certificate.
+//! * [`sasl`] — SaslHandshake and SaslAuthenticate: a token verified once per connection.
+//! * [`scope`] — which tenant and namespace a connection's topics mean, and the permission
+//!   each request checks before any work.
 //! * [`topics`] — Metadata, CreateTopics, DeleteTopics, auto-creation, topic ids.
 //! * [`configs`] — DescribeConfigs and (Incremental)AlterConfigs: topic configs as stream
 //!   settings.
@@ -31,6 +35,9 @@ mod groups;
 mod list_offsets;
 mod offsets;
 mod produce;
+mod sasl;
+mod scope;
+mod tls;
 mod topics;
 mod unbuilt;
 
@@ -48,7 +55,8 @@ use crate::config::BrokerConfig;
 
 pub use api::SUPPORTED_APIS;
 
-/// The tenant and namespace a listener serves, and how it creates topics.
+/// The tenant and namespace a listener serves with auth off (and to a cluster-wide token),
+/// and how it creates topics.
 #[derive(Debug, Clone)]
 pub struct KafkaSettings {
     pub tenant: String,
@@ -95,6 +103,8 @@ pub(crate) struct Kafka {
 pub struct KafkaListener {
     listener: TcpListener,
     kafka: Arc<Kafka>,
+    /// Set when the listener speaks TLS (`kafka_tls_cert` and `kafka_tls_key`).
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// Connections idle this long are closed (Kafka's `connections.max.idle.ms` default).
@@ -108,6 +118,10 @@ impl KafkaListener {
         settings: KafkaSettings,
         broker: Arc<Broker>,
     ) -> anyhow::Result<KafkaListener> {
+        let tls = match (&config.kafka_tls_cert, &config.kafka_tls_key) {
+            (Some(cert), Some(key)) => Some(tls::acceptor(cert, key)?),
+            _ => None,
+        };
         let dir = config.data_dir.join("kafka").join("group-offsets");
         let offsets = offsets::CommittedOffsets::open(&dir, config.fsync_policy())
             .with_context(|| format!("open the Kafka group offsets in {}", dir.display()))?;
@@ -126,12 +140,21 @@ impl KafkaListener {
             settings,
         });
         tokio::spawn(groups::expire_members(Arc::downgrade(&kafka)));
-        Ok(KafkaListener { listener, kafka })
+        Ok(KafkaListener {
+            listener,
+            kafka,
+            tls,
+        })
     }
 
     /// The address the listener is bound to.
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
         self.listener.local_addr()
+    }
+
+    /// Whether the listener speaks TLS.
+    pub fn tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// A handle that flushes the committed offsets at shutdown.
@@ -151,15 +174,6 @@ impl KafkaListener {
                 }
             };
             match accepted {
-                Ok((stream, peer)) if self.kafka.broker.access().enabled() => {
-                    // Kafka clients present no Felix token until the SASL listener exists
-                    // (docs/security.md, "Kafka listener"): with auth on, serving them would
-                    // open every tenant's streams, so they are closed at accept.
-                    self.kafka.broker.metrics().auth_refused("missing_token");
-                    debug!(%peer, "closing a Kafka connection: auth is on and this listener \
-                        has no SASL yet");
-                    drop(stream);
-                }
                 Ok((stream, peer)) => {
                     use std::sync::atomic::Ordering;
                     let open = self.kafka.connections.fetch_add(1, Ordering::AcqRel);
@@ -180,8 +194,9 @@ impl KafkaListener {
                     }
                     let kafka = self.kafka.clone();
                     let stop = for_connections.clone();
+                    let tls = self.tls.clone();
                     tokio::spawn(async move {
-                        connection::serve(stream, peer, kafka.clone(), stop).await;
+                        serve_connection(stream, peer, tls, kafka.clone(), stop).await;
                         kafka.connections.fetch_sub(1, Ordering::AcqRel);
                     });
                 }
@@ -191,6 +206,42 @@ impl KafkaListener {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
+        }
+    }
+}
+
+/// One accepted connection: the TLS handshake first when the listener speaks TLS, then its
+/// requests until it ends.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    kafka: Arc<Kafka>,
+    stop: watch::Receiver<bool>,
+) {
+    let _ = stream.set_nodelay(true);
+    let advertised = match stream.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            debug!(%peer, error = %e, "Kafka connection without a local address");
+            return;
+        }
+    };
+    let Some(acceptor) = tls else {
+        let (reader, writer) = stream.into_split();
+        connection::serve(reader, writer, peer, advertised, kafka, stop).await;
+        return;
+    };
+    match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => {
+            let (reader, writer) = tokio::io::split(stream);
+            connection::serve(reader, writer, peer, advertised, kafka, stop).await;
+        }
+        Ok(Err(e)) => {
+            debug!(%peer, error = %e, "Kafka TLS handshake failed (a plaintext client on the TLS listener?)");
+        }
+        Err(_) => {
+            debug!(%peer, "Kafka TLS handshake did not finish within {:?}", tls::HANDSHAKE_TIMEOUT);
         }
     }
 }

@@ -5,7 +5,9 @@
 //! are acknowledged publishes, answered once the stream's consistency is met (Leader: written
 //! to this broker's log under the fsync policy; Quorum: held by a majority, once replication
 //! exists). Idempotent producers' sequences are checked by the broker against the batch
-//! headers; transactional batches are refused (no transactions yet).
+//! headers; transactional batches are refused (no transactions yet). Each topic's
+//! `stream.publish` is checked before anything else is done for it, and the publish carries
+//! the connection's token, so a forwarded one is checked again at the shard's owner.
 //!
 //! A produce is charged to the tenant's publish quota here and never refused for it: as a
 //! Kafka broker does (KIP-219), Felix stores it, answers with `throttle_time_ms` = how long
@@ -27,9 +29,11 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::Kafka;
 use super::errors::{kafka_error, throttle_ms};
+use super::scope::{On, Scope};
 use super::topics::resolve;
 use crate::publish::{Publisher, QuotaCharge};
 use crate::quota::{self, PublishCost};
+use felix_meta::auth::Action;
 
 /// The outcome for one partition.
 struct Outcome {
@@ -71,6 +75,7 @@ fn check_batches(records: &Bytes) -> Result<(), (ResponseError, Option<String>)>
 /// connection stays muted after it for the tenant's publish quota.
 pub async fn produce(
     kafka: &Kafka,
+    scope: &Scope,
     request: ProduceRequest,
     version: i16,
 ) -> (Option<ProduceResponse>, Duration) {
@@ -83,13 +88,18 @@ pub async fn produce(
         .transactional_id
         .as_ref()
         .is_some_and(|t| !t.is_empty());
-    let s = &kafka.settings;
+    let s = scope;
     let mut topics = Vec::with_capacity(request.topic_data.len());
     let mut mute = Duration::ZERO;
     for topic in request.topic_data {
         let name = topic.name.to_string();
         let shape = match ack {
-            Some(_) if !transactional => Some(resolve(kafka, &name, true).await),
+            Some(_) if !transactional => Some(
+                match scope.allow(kafka, Action::StreamPublish, &name, On::Topic) {
+                    Ok(()) => resolve(kafka, scope, &name, true).await,
+                    Err(e) => Err(e),
+                },
+            ),
             _ => None,
         };
         let partitions = topic.partition_data.into_iter().map(|p| {
@@ -138,7 +148,7 @@ pub async fn produce(
                     .broker
                     .publish_by(
                         Publisher {
-                            token: None,
+                            token: scope.token(),
                             quota: QuotaCharge::Charged,
                         },
                         &s.tenant,
@@ -230,6 +240,7 @@ fn refused(index: i32, e: &ErrorBody) -> Outcome {
 /// sequences. Transactional ids are refused: Felix has no transactions.
 pub async fn init_producer_id(
     kafka: &Kafka,
+    scope: &Scope,
     request: InitProducerIdRequest,
 ) -> InitProducerIdResponse {
     let fail = |error: ResponseError| {
@@ -244,6 +255,10 @@ pub async fn init_producer_id(
         .is_some_and(|t| !t.is_empty())
     {
         return fail(ResponseError::TransactionalIdAuthorizationFailed);
+    }
+    // A producer id is tied to no topic: a live token is enough (as over QUIC).
+    if let Err(error) = scope.allow_any(kafka) {
+        return fail(error);
     }
     let (id, epoch) = (request.producer_id.0, request.producer_epoch);
     if id >= 0 && (0..i16::MAX).contains(&epoch) {

@@ -1,11 +1,15 @@
 //! Topics: which streams a Kafka client sees and how it creates and deletes them.
 //!
-//! Decides the mapping: a topic is a *durable* stream of the listener's tenant and namespace,
+//! Decides the mapping: a topic is a *durable* stream of the connection's tenant and namespace
+//! ([`Scope`]),
 //! its partitions are the stream's shards, and this broker leads them all. An ephemeral
 //! stream keeps no log a consumer could read by offset, so it is not a topic: it is left out
 //! of a full listing and named explicitly it is `INVALID_TOPIC_EXCEPTION`. Unknown topics
 //! are created (durable, `kafka_default_partitions` partitions) on Metadata and Produce when
-//! auto-creation is on, as Kafka's `auto.create.topics.enable` does.
+//! auto-creation is on and the caller may create it (`stream.manage`), as Kafka's
+//! `auto.create.topics.enable` does. Describing a topic needs any grant on it, a listing
+//! shows only the topics the caller may see, and creating or deleting one needs
+//! `stream.manage` on it, each checked before any work.
 
 use std::net::SocketAddr;
 
@@ -27,7 +31,9 @@ use uuid::Uuid;
 
 use super::Kafka;
 use super::errors::kafka_error;
+use super::scope::{On, Scope};
 use crate::broker::StreamShape;
+use felix_meta::auth::Action;
 
 /// Reported as the cluster id.
 const CLUSTER_ID: &str = "felix";
@@ -73,10 +79,11 @@ pub fn valid_topic_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// The stream behind a topic. With `create`, an unknown topic is created first if the
-/// listener auto-creates topics.
+/// The stream behind a topic in `scope`. With `create`, an unknown topic is created first if
+/// the listener auto-creates topics and the caller may create it.
 pub async fn resolve(
     kafka: &Kafka,
+    scope: &Scope,
     name: &str,
     create: bool,
 ) -> Result<StreamShape, ResponseError> {
@@ -84,9 +91,15 @@ pub async fn resolve(
         return Err(ResponseError::InvalidTopicException);
     }
     let s = &kafka.settings;
-    let shape = match kafka.broker.stream_shape(&s.tenant, &s.namespace, name) {
+    let (tenant, namespace) = (&scope.tenant, &scope.namespace);
+    let shape = match kafka.broker.stream_shape(tenant, namespace, name) {
         Ok(shape) => shape,
-        Err(e) if e.code == codes::UNKNOWN_STREAM && create && s.auto_create_topics => {
+        Err(e)
+            if e.code == codes::UNKNOWN_STREAM
+                && create
+                && s.auto_create_topics
+                && scope.may(kafka, Action::StreamManage, name) =>
+        {
             let config = StreamConfig {
                 durable: Some(true),
                 shards: Some(s.default_partitions),
@@ -94,7 +107,7 @@ pub async fn resolve(
             };
             match kafka
                 .broker
-                .create_stream(&s.tenant, &s.namespace, name, config)
+                .create_stream(tenant, namespace, name, config)
                 .await
             {
                 // Created by someone else meanwhile: use theirs.
@@ -104,7 +117,7 @@ pub async fn resolve(
             }
             kafka
                 .broker
-                .stream_shape(&s.tenant, &s.namespace, name)
+                .stream_shape(tenant, namespace, name)
                 .map_err(|e| kafka_error(&e))?
         }
         Err(e) => return Err(kafka_error(&e)),
@@ -135,9 +148,9 @@ fn topic_name(s: &str) -> TopicName {
 
 /// A topic's metadata entry: one partition per shard, led by this broker on a single node
 /// and by each shard's leader in a cluster.
-fn topic_entry(kafka: &Kafka, shape: &StreamShape) -> MetadataResponseTopic {
+fn topic_entry(kafka: &Kafka, scope: &Scope, shape: &StreamShape) -> MetadataResponseTopic {
     let me = broker_id(kafka);
-    let s = &kafka.settings;
+    let s = scope;
     let routes = kafka
         .broker
         .partition_routes(&s.tenant, &s.namespace, &shape.name, shape.shards);
@@ -170,7 +183,6 @@ fn topic_entry(kafka: &Kafka, shape: &StreamShape) -> MetadataResponseTopic {
             }
         })
         .collect();
-    let s = &kafka.settings;
     MetadataResponseTopic::default()
         .with_name(Some(topic_name(&shape.name)))
         .with_topic_id(topic_id(&s.tenant, &s.namespace, &shape.name))
@@ -187,11 +199,12 @@ fn topic_error(name: Option<&str>, error: ResponseError) -> MetadataResponseTopi
 /// `advertised` is the address the client reached this listener on.
 pub async fn metadata(
     kafka: &Kafka,
+    scope: &Scope,
     request: MetadataRequest,
     version: i16,
     advertised: SocketAddr,
 ) -> MetadataResponse {
-    let s = &kafka.settings;
+    let s = scope;
     let me = broker_id(kafka);
     let brokers = match kafka.broker.kafka_brokers() {
         // A cluster: every broker with a Kafka listener, at the address it registered.
@@ -226,8 +239,8 @@ pub async fn metadata(
         None => match kafka.broker.stream_shapes(&s.tenant, &s.namespace) {
             Ok(shapes) => shapes
                 .iter()
-                .filter(|shape| shape.durable)
-                .map(|shape| topic_entry(kafka, shape))
+                .filter(|shape| shape.durable && scope.can_view(kafka, &shape.name))
+                .map(|shape| topic_entry(kafka, scope, shape))
                 .collect(),
             Err(e) => {
                 tracing::warn!(error = %e.message, "Kafka metadata: cannot list the namespace's streams");
@@ -239,11 +252,15 @@ pub async fn metadata(
             for t in requested {
                 let Some(name) = t.name else {
                     // A topic named by id only (v10+): look it up among ours.
-                    out.push(by_id(kafka, t.topic_id));
+                    out.push(by_id(kafka, scope, t.topic_id));
                     continue;
                 };
-                out.push(match resolve(kafka, &name, create).await {
-                    Ok(shape) => topic_entry(kafka, &shape),
+                let described = match scope.allow_view(kafka, &name, On::Topic) {
+                    Ok(()) => resolve(kafka, scope, &name, create).await,
+                    Err(e) => Err(e),
+                };
+                out.push(match described {
+                    Ok(shape) => topic_entry(kafka, scope, &shape),
                     Err(error) => topic_error(Some(&name), error),
                 });
             }
@@ -263,16 +280,20 @@ pub async fn metadata(
 }
 
 /// The durable topic whose id is `id`, or `UNKNOWN_TOPIC_ID`.
-fn by_id(kafka: &Kafka, id: Uuid) -> MetadataResponseTopic {
-    let s = &kafka.settings;
+fn by_id(kafka: &Kafka, scope: &Scope, id: Uuid) -> MetadataResponseTopic {
+    let s = scope;
     let found = kafka
         .broker
         .stream_shapes(&s.tenant, &s.namespace)
         .unwrap_or_default()
         .into_iter()
-        .find(|shape| shape.durable && topic_id(&s.tenant, &s.namespace, &shape.name) == id);
+        .find(|shape| {
+            shape.durable
+                && topic_id(&s.tenant, &s.namespace, &shape.name) == id
+                && scope.can_view(kafka, &shape.name)
+        });
     match found {
-        Some(shape) => topic_entry(kafka, &shape),
+        Some(shape) => topic_entry(kafka, scope, &shape),
         None => topic_error(None, ResponseError::UnknownTopicId).with_topic_id(id),
     }
 }
@@ -392,10 +413,12 @@ pub fn topic_configs(c: &StreamConfig) -> Vec<(&'static str, String)> {
 /// CreateTopics: each topic becomes a durable stream.
 pub async fn create_topics(
     kafka: &Kafka,
+    scope: &Scope,
     request: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
-    let s = &kafka.settings;
+    let settings = &kafka.settings;
+    let s = scope;
     let mut results = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.to_string();
@@ -415,8 +438,12 @@ pub async fn create_topics(
             ));
             continue;
         }
+        if let Err(error) = scope.allow(kafka, Action::StreamManage, &name, On::Topic) {
+            results.push(fail(error, format!("not allowed to create topic {name:?}")));
+            continue;
+        }
         let partitions = match topic.num_partitions {
-            -1 => s.default_partitions,
+            -1 => settings.default_partitions,
             n if n > 0 => n as u32,
             n => {
                 results.push(fail(
@@ -514,10 +541,11 @@ pub async fn create_topics(
 /// DeleteTopics: by name (v1-5) or by name or id (v6).
 pub async fn delete_topics(
     kafka: &Kafka,
+    scope: &Scope,
     request: DeleteTopicsRequest,
     version: i16,
 ) -> DeleteTopicsResponse {
-    let s = &kafka.settings;
+    let s = scope;
     let targets: Vec<(Option<String>, Uuid)> = if version >= 6 {
         request
             .topics
@@ -540,7 +568,10 @@ pub async fn delete_topics(
                 .stream_shapes(&s.tenant, &s.namespace)
                 .unwrap_or_default()
                 .into_iter()
-                .find(|shape| topic_id(&s.tenant, &s.namespace, &shape.name) == id)
+                .find(|shape| {
+                    topic_id(&s.tenant, &s.namespace, &shape.name) == id
+                        && scope.can_view(kafka, &shape.name)
+                })
                 .map(|shape| shape.name),
         };
         let mut result = DeletableTopicResult::default().with_name(name.as_deref().map(topic_name));
@@ -551,14 +582,18 @@ pub async fn delete_topics(
             results.push(result.with_error_code(ResponseError::UnknownTopicId.code()));
             continue;
         };
-        let outcome = match kafka.broker.stream_shape(&s.tenant, &s.namespace, &name) {
-            Ok(shape) if !shape.durable => Err(ResponseError::UnknownTopicOrPartition),
-            Ok(_) => kafka
+        let outcome = match scope
+            .allow(kafka, Action::StreamManage, &name, On::Topic)
+            .map(|()| kafka.broker.stream_shape(&s.tenant, &s.namespace, &name))
+        {
+            Err(error) => Err(error),
+            Ok(Ok(shape)) if !shape.durable => Err(ResponseError::UnknownTopicOrPartition),
+            Ok(Ok(_)) => kafka
                 .broker
                 .delete_stream(&s.tenant, &s.namespace, &name)
                 .await
                 .map_err(|e| kafka_error(&e)),
-            Err(e) => Err(kafka_error(&e)),
+            Ok(Err(e)) => Err(kafka_error(&e)),
         };
         if let Err(error) = outcome {
             result = result.with_error_code(error.code());

@@ -37,7 +37,7 @@ const INSTALL: &str = "scripts/test.sh installs it: apt-get install -y kcat; \
 
 /// Which librdkafka a `kcat` runs on.
 #[derive(Clone, Copy, Debug)]
-enum Librdkafka {
+pub(super) enum Librdkafka {
     /// Debian's, which `kcat` links (2.0).
     Debian,
     /// confluent-kafka's wheel's (2.16), through `LD_LIBRARY_PATH`.
@@ -45,7 +45,7 @@ enum Librdkafka {
 }
 
 /// A runnable `kcat` on one librdkafka.
-struct Kcat {
+pub(super) struct Kcat {
     /// `LD_LIBRARY_PATH` for the wheel's librdkafka; kept alive with the symlink in it.
     lib_dir: Option<tempfile::TempDir>,
 }
@@ -53,7 +53,7 @@ struct Kcat {
 impl Kcat {
     /// Finds kcat (and for [`Librdkafka::Wheel`] the wheel's librdkafka) and checks that it
     /// runs on the librdkafka version the test claims.
-    async fn new(which: Librdkafka) -> Kcat {
+    pub(super) async fn new(which: Librdkafka) -> Kcat {
         let lib_dir = match which {
             Librdkafka::Debian => None,
             Librdkafka::Wheel => {
@@ -82,7 +82,7 @@ impl Kcat {
     }
 
     /// Runs kcat with `args`, feeding `input` on stdin: (success, stdout, stderr).
-    async fn run(&self, args: &[&str], input: Option<&str>) -> (bool, String, String) {
+    pub(super) async fn run(&self, args: &[&str], input: Option<&str>) -> (bool, String, String) {
         let mut cmd = tokio::process::Command::new("kcat");
         cmd.args(args)
             .stdin(if input.is_some() {
@@ -139,7 +139,14 @@ async fn wheel_librdkafka() -> PathBuf {
 
 /// Runs a `kafka_client.py` subcommand; returns its JSON output.
 pub(super) async fn python(args: &[&str]) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_client.py");
+    python_script("kafka_client.py", args).await
+}
+
+/// Runs `tests/broker/<script>` with `args`; returns its JSON output.
+pub(super) async fn python_script(script: &str, args: &[&str]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/broker")
+        .join(script);
     let child = tokio::process::Command::new("python3")
         .arg(&script)
         .args(args)
@@ -150,9 +157,7 @@ pub(super) async fn python(args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("cannot run python3 ({e}); {INSTALL}"));
     let out = tokio::time::timeout(CLIENT_TIMEOUT, child.wait_with_output())
         .await
-        .unwrap_or_else(|_| {
-            panic!("kafka_client.py {args:?} did not finish within {CLIENT_TIMEOUT:?}")
-        })
+        .unwrap_or_else(|_| panic!("{script:?} {args:?} did not finish within {CLIENT_TIMEOUT:?}"))
         .expect("python output");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -161,11 +166,11 @@ pub(super) async fn python(args: &[&str]) -> Value {
     );
     assert!(
         out.status.success(),
-        "kafka_client.py {args:?} failed:\n{stderr}"
+        "{script:?} {args:?} failed:\n{stderr}"
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
-            "kafka_client.py {args:?} printed no JSON ({e}): {}\n{stderr}",
+            "{script:?} {args:?} printed no JSON ({e}): {}\n{stderr}",
             String::from_utf8_lossy(&out.stdout)
         )
     })

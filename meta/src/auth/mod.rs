@@ -16,6 +16,8 @@
 //! * `token.rs` — [`mint`], [`verify`] (EdDSA only), [`check_live`] and [`TokenError`].
 //! * `principal.rs` — [`Principal`]: a verified token with its roles expanded, and its check
 //!   API ([`Principal::check`], [`Principal::sees`]).
+//! * `sasl.rs` — [`SaslMechanism`]: the token inside a Kafka client's SASL PLAIN or
+//!   OAUTHBEARER message.
 //!
 //! ```
 //! use felix_meta::auth::{self, Action, AuthState, Claims, Principal, Resource, SigningKey};
@@ -37,6 +39,7 @@ mod actions;
 mod claims;
 mod pattern;
 mod principal;
+mod sasl;
 mod state;
 mod token;
 
@@ -46,6 +49,7 @@ pub use claims::{
 };
 pub use pattern::{PatternError, Resource, ResourcePattern};
 pub use principal::{CLUSTER_ADMIN, Denied, Principal, TENANT_ADMIN, is_builtin_role, role_grants};
+pub use sasl::{MAX_SASL_MESSAGE, SaslError, SaslMechanism, oauthbearer_token, plain_token};
 pub use state::{AuthState, BootstrapToken, SigningKey};
 pub use token::{
     MAX_TOKEN_LEN, TokenError, check_live, mint, now_secs, random_id, verify, verify_signature,

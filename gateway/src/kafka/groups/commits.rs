@@ -4,7 +4,9 @@
 //! the current generation, and not between join and sync (or, for a group without members,
 //! by anyone, as Kafka allows for manual assignment); every partition of one OffsetCommit
 //! is committed in one durable write, so a request is answered only once its offsets would
-//! survive a restart (`kafka/offsets.rs` keeps them).
+//! survive a restart (`kafka/offsets.rs` keeps them). Committing or reading a group's
+//! offsets needs `group.consume` on the group and `stream.subscribe` on each topic (as Kafka
+//! asks READ on both), checked before anything is written or read.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +26,8 @@ use tracing::warn;
 use super::coordinator::{GroupCoordinator, GroupState, sb};
 use crate::kafka::Kafka;
 use crate::kafka::offsets::{Committed, OffsetKey};
+use crate::kafka::scope::{On, Scope};
+use felix_meta::auth::Action;
 
 /// Longest offset metadata kept (Kafka's `offset.metadata.max.bytes`).
 const MAX_METADATA_BYTES: usize = 4096;
@@ -62,15 +66,21 @@ fn commit_refusal(
 type PartitionAnswer = (i32, Option<ResponseError>);
 
 /// OffsetCommit: every partition of the request is committed in one durable write.
-pub async fn offset_commit(kafka: &Kafka, request: OffsetCommitRequest) -> OffsetCommitResponse {
-    let s = &kafka.settings;
+pub async fn offset_commit(
+    kafka: &Kafka,
+    scope: &Scope,
+    request: OffsetCommitRequest,
+) -> OffsetCommitResponse {
+    let s = scope;
     let group_id = request.group_id.to_string();
     let refusal = if group_id.is_empty() {
         Some(ResponseError::InvalidGroupId)
+    } else if let Err(error) = scope.allow(kafka, Action::GroupConsume, &group_id, On::Group) {
+        Some(error)
     } else {
         commit_refusal(
             &kafka.groups,
-            &group_id,
+            &scope.group_key(&group_id),
             &request.member_id,
             request.generation_id_or_member_epoch,
         )
@@ -82,8 +92,13 @@ pub async fn offset_commit(kafka: &Kafka, request: OffsetCommitRequest) -> Offse
     let mut answers: Vec<(TopicName, Vec<PartitionAnswer>)> = Vec::new();
     for topic in &request.topics {
         let mut partitions = Vec::with_capacity(topic.partitions.len());
+        let topic_refusal = refusal.or_else(|| {
+            scope
+                .allow(kafka, Action::StreamSubscribe, &topic.name, On::Topic)
+                .err()
+        });
         for p in &topic.partitions {
-            let error = refusal.or_else(|| {
+            let error = topic_refusal.or_else(|| {
                 let too_long = p
                     .committed_metadata
                     .as_ref()
@@ -140,9 +155,16 @@ pub async fn offset_commit(kafka: &Kafka, request: OffsetCommitRequest) -> Offse
 }
 
 /// OffsetFetch (v1-7): a group's committed offsets, for the named partitions or all.
-pub async fn offset_fetch(kafka: &Kafka, request: OffsetFetchRequest) -> OffsetFetchResponse {
-    let s = &kafka.settings;
+pub async fn offset_fetch(
+    kafka: &Kafka,
+    scope: &Scope,
+    request: OffsetFetchRequest,
+) -> OffsetFetchResponse {
+    let s = scope;
     let group = request.group_id.to_string();
+    if let Err(error) = scope.allow(kafka, Action::GroupConsume, &group, On::Group) {
+        return OffsetFetchResponse::default().with_error_code(error.code());
+    }
     let offsets = &kafka.groups.offsets;
     let entry = |partition: i32, committed: Option<Committed>| match committed {
         Some(c) => OffsetFetchResponsePartition::default()
@@ -161,7 +183,12 @@ pub async fn offset_fetch(kafka: &Kafka, request: OffsetFetchRequest) -> OffsetF
             let mut out = Vec::with_capacity(topics.len());
             for t in topics {
                 let mut partitions = Vec::with_capacity(t.partition_indexes.len());
+                let allowed = scope.allow(kafka, Action::StreamSubscribe, &t.name, On::Topic);
                 for p in t.partition_indexes {
+                    if let Err(error) = allowed {
+                        partitions.push(entry(p, None).with_error_code(error.code()));
+                        continue;
+                    }
                     let key = OffsetKey {
                         tenant: s.tenant.clone(),
                         namespace: s.namespace.clone(),
@@ -182,6 +209,9 @@ pub async fn offset_fetch(kafka: &Kafka, request: OffsetFetchRequest) -> OffsetF
         None => {
             let mut by_topic: BTreeMap<String, Vec<OffsetFetchResponsePartition>> = BTreeMap::new();
             for (key, committed) in offsets.of_group(&s.tenant, &s.namespace, &group).await {
+                if !scope.can_view(kafka, &key.topic) {
+                    continue;
+                }
                 by_topic
                     .entry(key.topic.clone())
                     .or_default()

@@ -2,7 +2,9 @@
 //!
 //! Decides what a group is reported as. The invariant: a group known only by its committed
 //! offsets (no member since the broker started) is listed and described as `Empty`, never
-//! lost, and a group unknown both ways is `Dead`, as Kafka reports it.
+//! lost, and a group unknown both ways is `Dead`, as Kafka reports it. Only the caller's own
+//! scope's groups are seen: a listing shows those it may see, and describing one needs any
+//! grant on it.
 
 use std::collections::BTreeMap;
 
@@ -14,24 +16,33 @@ use kafka_protocol::messages::{
 
 use super::coordinator::{GroupState, sb};
 use crate::kafka::Kafka;
+use crate::kafka::scope::{On, Scope};
 
 /// ListGroups: groups with members, and groups known only by their committed offsets.
-pub async fn list_groups(kafka: &Kafka, request: ListGroupsRequest) -> ListGroupsResponse {
-    let s = &kafka.settings;
+pub async fn list_groups(
+    kafka: &Kafka,
+    scope: &Scope,
+    request: ListGroupsRequest,
+) -> ListGroupsResponse {
+    let s = scope;
     let mut listed: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
     for group in kafka.groups.offsets.groups(&s.tenant, &s.namespace).await {
         listed.insert(group, ("consumer".to_owned(), GroupState::Empty.name()));
     }
     {
         let groups = kafka.groups.groups.lock();
-        for (id, g) in groups.iter() {
+        for (key, g) in groups.iter() {
+            let Some(id) = scope.group_of(key) else {
+                continue;
+            };
             let protocol_type = g
                 .protocol_type
                 .clone()
                 .unwrap_or_else(|| "consumer".to_owned());
-            listed.insert(id.clone(), (protocol_type, g.state.name()));
+            listed.insert(id.to_owned(), (protocol_type, g.state.name()));
         }
     }
+    listed.retain(|id, _| scope.can_view(kafka, id));
     let filter: Vec<String> = request
         .states_filter
         .iter()
@@ -53,9 +64,10 @@ pub async fn list_groups(kafka: &Kafka, request: ListGroupsRequest) -> ListGroup
 /// DescribeGroups: state, protocol and members of each group (`Dead` if unknown).
 pub async fn describe_groups(
     kafka: &Kafka,
+    scope: &Scope,
     request: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
-    let s = &kafka.settings;
+    let s = scope;
     let with_offsets = kafka.groups.offsets.groups(&s.tenant, &s.namespace).await;
     let groups = kafka.groups.groups.lock();
     let described = request
@@ -63,7 +75,10 @@ pub async fn describe_groups(
         .iter()
         .map(|id| {
             let base = DescribedGroup::default().with_group_id(id.clone());
-            match groups.get(&id.to_string()) {
+            if let Err(error) = scope.allow_view(kafka, id, On::Group) {
+                return base.with_error_code(error.code());
+            }
+            match groups.get(&scope.group_key(id)) {
                 Some(g) => {
                     let protocol = g.protocol.clone().unwrap_or_default();
                     let members = g

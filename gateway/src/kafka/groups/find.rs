@@ -4,7 +4,8 @@
 //! coordinator for a group (a stable hash of the group over the live brokers with a Kafka
 //! listener, or this broker on a single node), so all of a group's members reach one
 //! coordinator, whose local log keeps the group's offsets. A transaction coordinator lookup
-//! is refused with an error clients treat as fatal (Felix has no transactions).
+//! is refused with an error clients treat as fatal (Felix has no transactions). Finding a
+//! group's coordinator needs any grant on the group.
 
 use std::net::SocketAddr;
 
@@ -15,12 +16,14 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::coordinator::sb;
 use crate::kafka::Kafka;
+use crate::kafka::scope::{On, Scope};
 use crate::kafka::topics::broker_id;
 
 /// FindCoordinator: this broker coordinates every group; a transaction coordinator is
 /// refused (Felix has no transactions).
 pub fn find_coordinator(
     kafka: &Kafka,
+    scope: &Scope,
     request: FindCoordinatorRequest,
     version: i16,
     advertised: SocketAddr,
@@ -37,8 +40,15 @@ pub fn find_coordinator(
     // (an authorization failure), so `init_transactions()` fails at once with the message
     // instead of retrying the lookup until its timeout (librdkafka) or reporting a missing
     // group coordinator (kafkajs).
-    let refusal = |key_type: i8| {
-        (key_type != 0).then_some((
+    let refusal = |key_type: i8, key: &str| {
+        if key_type == 0 {
+            // A group: describing it needs any grant on it.
+            return scope
+                .allow_view(kafka, key, On::Group)
+                .err()
+                .map(|e| (e, "not allowed to use this group"));
+        }
+        Some((
             ResponseError::TransactionalIdAuthorizationFailed,
             "Felix has no transactions: use an idempotent producer (enable.idempotence) \
              without a transactional.id",
@@ -50,7 +60,7 @@ pub fn find_coordinator(
             .iter()
             .map(|key| {
                 let c = Coordinator::default().with_key(key.clone());
-                match refusal(request.key_type) {
+                match refusal(request.key_type, key) {
                     Some((error, message)) => c
                         .with_node_id((-1).into())
                         .with_port(-1)
@@ -65,7 +75,7 @@ pub fn find_coordinator(
             .collect();
         return FindCoordinatorResponse::default().with_coordinators(coordinators);
     }
-    match refusal(request.key_type) {
+    match refusal(request.key_type, &request.key) {
         Some((error, message)) => FindCoordinatorResponse::default()
             .with_error_code(error.code())
             .with_error_message(Some(StrBytes::from_static_str(message)))

@@ -5,7 +5,9 @@
 //! static member coming back replaces its previous incarnation, and when a member is gone.
 //! The invariant: each request changes the group under the coordinator's lock and only then
 //! waits (for the round's answer, within a bound) or arms a rebalance timer; a member
-//! waiting in JoinGroup or SyncGroup is not expected to heartbeat and never expires.
+//! waiting in JoinGroup or SyncGroup is not expected to heartbeat and never expires. Each
+//! request needs `group.consume` on the group, checked before anything else, and a group is
+//! kept under its scope's key ([`Scope::group_key`]), so tenants never share one.
 //!
 //! Membership lives in memory: after a broker restart the consumers rejoin (their member
 //! ids are unknown, so they get fresh ones) and resume from the committed offsets, which
@@ -31,6 +33,8 @@ use super::coordinator::{
     Group, GroupCoordinator, GroupState, INITIAL_REBALANCE_DELAY, Member, arm, sb,
 };
 use crate::kafka::Kafka;
+use crate::kafka::scope::{On, Scope};
+use felix_meta::auth::Action;
 
 /// Session timeouts a member may ask for (Kafka's defaults are 6 s to 30 min; a lower
 /// floor lets tests detect a dead consumer sooner).
@@ -48,6 +52,7 @@ pub struct Caller<'a> {
 /// JoinGroup.
 pub async fn join_group(
     kafka: &Arc<Kafka>,
+    scope: &Scope,
     request: JoinGroupRequest,
     caller: Caller<'_>,
 ) -> JoinGroupResponse {
@@ -56,16 +61,19 @@ pub async fn join_group(
             .with_error_code(error.code())
             .with_member_id(sb(member_id))
     };
-    let group_id = request.group_id.to_string();
+    if request.group_id.is_empty() {
+        return fail(ResponseError::InvalidGroupId, &request.member_id);
+    }
+    if let Err(error) = scope.allow(kafka, Action::GroupConsume, &request.group_id, On::Group) {
+        return fail(error, &request.member_id);
+    }
+    let group_id = scope.group_key(&request.group_id);
     let session_timeout = Duration::from_millis(request.session_timeout_ms.max(0) as u64);
     // v0 has no rebalance timeout: it is the session timeout.
     let rebalance_timeout = match request.rebalance_timeout_ms {
         n if n > 0 => Duration::from_millis(n as u64),
         _ => session_timeout,
     };
-    if group_id.is_empty() {
-        return fail(ResponseError::InvalidGroupId, &request.member_id);
-    }
     if !(MIN_SESSION_TIMEOUT..=MAX_SESSION_TIMEOUT).contains(&session_timeout) {
         return fail(ResponseError::InvalidSessionTimeout, &request.member_id);
     }
@@ -184,9 +192,16 @@ pub async fn join_group(
 }
 
 /// SyncGroup: the leader hands out assignments; every member receives its own.
-pub async fn sync_group(kafka: &Arc<Kafka>, request: SyncGroupRequest) -> SyncGroupResponse {
+pub async fn sync_group(
+    kafka: &Arc<Kafka>,
+    scope: &Scope,
+    request: SyncGroupRequest,
+) -> SyncGroupResponse {
     let fail = |error: ResponseError| SyncGroupResponse::default().with_error_code(error.code());
-    let group_id = request.group_id.to_string();
+    if let Err(error) = scope.allow(kafka, Action::GroupConsume, &request.group_id, On::Group) {
+        return fail(error);
+    }
+    let group_id = scope.group_key(&request.group_id);
     let member_id = request.member_id.to_string();
     let (tx, rx) = oneshot::channel();
     let (protocol_type, protocol, wait) = {
@@ -259,10 +274,13 @@ pub async fn sync_group(kafka: &Arc<Kafka>, request: SyncGroupRequest) -> SyncGr
 }
 
 /// Heartbeat: keeps a member's session and tells it when to rejoin.
-pub fn heartbeat(kafka: &Kafka, request: HeartbeatRequest) -> HeartbeatResponse {
+pub fn heartbeat(kafka: &Kafka, scope: &Scope, request: HeartbeatRequest) -> HeartbeatResponse {
+    if let Err(error) = scope.allow(kafka, Action::GroupConsume, &request.group_id, On::Group) {
+        return HeartbeatResponse::default().with_error_code(error.code());
+    }
     let error = {
         let mut groups = kafka.groups.groups.lock();
-        match groups.get_mut(&request.group_id.to_string()) {
+        match groups.get_mut(&scope.group_key(&request.group_id)) {
             None => Some(ResponseError::UnknownMemberId),
             Some(group) => {
                 let generation = group.generation;
@@ -289,6 +307,7 @@ pub fn heartbeat(kafka: &Kafka, request: HeartbeatRequest) -> HeartbeatResponse 
 /// LeaveGroup: by member id (v0-2) or a list of members (v3+).
 pub fn leave_group(
     kafka: &Arc<Kafka>,
+    scope: &Scope,
     request: LeaveGroupRequest,
     version: i16,
 ) -> LeaveGroupResponse {
@@ -306,7 +325,10 @@ pub fn leave_group(
     } else {
         vec![(request.member_id.to_string(), None)]
     };
-    let group_id = request.group_id.to_string();
+    if let Err(error) = scope.allow(kafka, Action::GroupConsume, &request.group_id, On::Group) {
+        return LeaveGroupResponse::default().with_error_code(error.code());
+    }
+    let group_id = scope.group_key(&request.group_id);
     let mut results = Vec::with_capacity(leaving.len());
     let mut timer = None;
     {
