@@ -249,46 +249,66 @@ async fn healthz(State(state): State<AdminState>) -> (StatusCode, &'static str) 
 
 /// Fault injection (`FELIX_FAULT_INJECTION=1` only): cuts this node off the internal
 /// network (`POST`) or heals the cut (`DELETE`); see `felix_meta::faults`.
-async fn isolate(
-    State(state): State<AdminState>,
-    headers: HeaderMap,
-) -> Result<&'static str, ApiError> {
-    fault_injection_enabled()?;
-    state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
-    felix_meta::faults::set_isolated(true);
-    Ok("isolated")
+async fn isolate(state: State<AdminState>, headers: HeaderMap) -> Result<&'static str, ApiError> {
+    fault_switch(
+        state,
+        &headers,
+        felix_meta::faults::set_isolated,
+        true,
+        "isolated",
+    )
 }
 
-async fn heal(
-    State(state): State<AdminState>,
-    headers: HeaderMap,
-) -> Result<&'static str, ApiError> {
-    fault_injection_enabled()?;
-    state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
-    felix_meta::faults::set_isolated(false);
-    Ok("healed")
+async fn heal(state: State<AdminState>, headers: HeaderMap) -> Result<&'static str, ApiError> {
+    fault_switch(
+        state,
+        &headers,
+        felix_meta::faults::set_isolated,
+        false,
+        "healed",
+    )
 }
 
 /// Fault injection: holds this node's leader log writes after they were accepted (`POST`)
 /// or lets them go on (`DELETE`); see `felix_meta::faults`.
 async fn stall_writes(
-    State(state): State<AdminState>,
+    state: State<AdminState>,
     headers: HeaderMap,
 ) -> Result<&'static str, ApiError> {
-    fault_injection_enabled()?;
-    state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
-    felix_meta::faults::set_writes_stalled(true);
-    Ok("stalled")
+    fault_switch(
+        state,
+        &headers,
+        felix_meta::faults::set_writes_stalled,
+        true,
+        "stalled",
+    )
 }
 
 async fn resume_writes(
-    State(state): State<AdminState>,
+    state: State<AdminState>,
     headers: HeaderMap,
 ) -> Result<&'static str, ApiError> {
+    fault_switch(
+        state,
+        &headers,
+        felix_meta::faults::set_writes_stalled,
+        false,
+        "resumed",
+    )
+}
+
+/// Flips one fault switch for a `cluster.manage` caller, only with fault injection on.
+fn fault_switch(
+    State(state): State<AdminState>,
+    headers: &HeaderMap,
+    set: fn(bool),
+    on: bool,
+    answer: &'static str,
+) -> Result<&'static str, ApiError> {
     fault_injection_enabled()?;
-    state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
-    felix_meta::faults::set_writes_stalled(false);
-    Ok("resumed")
+    state.require(headers, Action::ClusterManage, &Resource::Cluster)?;
+    set(on);
+    Ok(answer)
 }
 
 async fn list_routes(
