@@ -27,6 +27,7 @@ mod broker {
     mod kafka;
     mod leases;
     mod limits;
+    mod oidc;
     mod ordering;
     mod quotas;
     mod tiering;

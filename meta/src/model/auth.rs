@@ -3,7 +3,8 @@
 //! Decides which changes to [`AuthState`](crate::auth::AuthState) are valid. The
 //! invariants: built-in roles cannot be defined, changed or deleted; a binding names a role
 //! that exists; a key id is never reused; revocations of tokens that have expired are pruned
-//! (they can no longer be presented), and the bootstrap token is set once. Every accepted
+//! (they can no longer be presented), the bootstrap token is set once, and an OIDC issuer
+//! is complete (its JWKS holds a usable key) and gives only roles that exist. Every accepted
 //! change bumps the state's version, which brokers use to re-expand cached principals.
 
 use super::command::{Applied, Command};
@@ -139,6 +140,21 @@ impl MetaState {
                     jti: jti.clone(),
                     token: token.clone(),
                 });
+            }
+            Command::PutOidcIssuer { issuer } => {
+                issuer.validate().map_err(CommandError::Invalid)?;
+                if let Some(role) = issuer
+                    .roles_named()
+                    .find(|r| !is_builtin_role(r) && !auth.roles.contains_key(*r))
+                {
+                    return Err(missing("role", role));
+                }
+                auth.issuers.insert(issuer.issuer.clone(), issuer.clone());
+            }
+            Command::DeleteOidcIssuer { issuer } => {
+                if auth.issuers.remove(issuer).is_none() {
+                    return Err(missing("OIDC issuer", issuer));
+                }
             }
             _ => {
                 return Err(CommandError::Invalid("not an authorization command".into()));
