@@ -267,6 +267,60 @@ mod tests {
     }
 
     #[test]
+    fn an_oidc_issuer_is_registered_only_complete_and_with_roles_that_exist() {
+        use crate::auth::OidcIssuer;
+        let key = SigningKey::generate(1).unwrap();
+        let issuer = OidcIssuer {
+            issuer: "https://idp".into(),
+            audience: "felix".into(),
+            jwks: format!(
+                r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"k","x":"{}"}}]}}"#,
+                key.public
+            ),
+            tenant: Some("a".into()),
+            tenant_claim: None,
+            subject_claim: "sub".into(),
+            roles_claim: None,
+            role_map: Default::default(),
+            default_roles: vec!["reader".into()],
+            ttl_secs: 900,
+        };
+        let mut s = MetaState::default();
+        let put = |i: &OidcIssuer| Command::PutOidcIssuer { issuer: i.clone() };
+        let before = s.clone();
+        assert!(
+            matches!(s.apply(&put(&issuer)), Err(CommandError::NotFound { .. })),
+            "an unknown role"
+        );
+        let no_keys = OidcIssuer {
+            jwks: r#"{"keys":[]}"#.into(),
+            default_roles: vec![],
+            ..issuer.clone()
+        };
+        assert!(matches!(
+            s.apply(&put(&no_keys)),
+            Err(CommandError::Invalid(_))
+        ));
+        assert_eq!(s, before, "a refused registration changes nothing");
+        s.apply(&Command::PutRole {
+            name: "reader".into(),
+            permissions: vec![Permission::parse("stream.subscribe:a/*").unwrap()],
+        })
+        .unwrap();
+        s.apply(&put(&issuer)).unwrap();
+        assert_eq!(s.auth.issuers["https://idp"], issuer);
+        let remove = Command::DeleteOidcIssuer {
+            issuer: "https://idp".into(),
+        };
+        s.apply(&remove).unwrap();
+        assert!(s.auth.issuers.is_empty());
+        assert!(matches!(
+            s.apply(&remove),
+            Err(CommandError::NotFound { .. })
+        ));
+    }
+
+    #[test]
     fn revocations_are_pruned_once_their_tokens_expired_and_bootstrap_is_set_once() {
         let mut s = MetaState::default();
         let revoke = |jti: &str, exp, now| Command::RevokeToken {
