@@ -120,7 +120,8 @@ impl AccessControl {
             .meta()
             .local(|s| auth::verify_oidc(jwt, &s.auth.issuers, tenant, now))
             .map_err(|e| {
-                tracing::info!(reason = e.reason(), "OIDC token exchange refused: {e}");
+                // Debug only: anyone can send JWTs here; the metric counts them.
+                tracing::debug!(reason = e.reason(), "OIDC token exchange refused: {e}");
                 oidc_refusal(&e)
             })?;
         // Asked only once the token proved it acts for this tenant, so a stranger learns
