@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What authorization costs the data path: felix-bench pubsub against a broker with auth off
-# and one with auth on, interleaved on this machine. Writes bench/results/auth.md (the table)
-# and bench/results/auth.jsonl (raw lines). Local runs only (CI never runs it).
+# and one with auth on, interleaved on this machine. Prints the table for bench/results/auth.md
+# and writes bench/results/auth.jsonl (raw lines). Local runs only (CI never runs it).
 #
 #   bench/auth.sh                                      (builds release binaries first)
 #   REPS=5 RECORDS=200000 bench/auth.sh                (defaults: 5, 300000)
@@ -89,7 +89,7 @@ for rep in $(seq 1 "$REPS"); do
   fi
 done
 cp "$OUT" "$RESULTS.jsonl"
-python3 - "$RESULTS.jsonl" <<'PY' | tee "$RESULTS.table"
+python3 - "$RESULTS.jsonl" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 def med(mode, key):
@@ -108,4 +108,4 @@ for key, label in [("records_per_sec", "records/s (end to end)"),
     print(f"| {label} | {off:,.2f} ({rng('off', key)}) | {on:,.2f} ({rng('on', key)}) | {on / off:.3f} |" if off < 100
           else f"| {label} | {off:,.0f} ({rng('off', key)}) | {on:,.0f} ({rng('on', key)}) | {on / off:.3f} |")
 PY
-echo "raw lines: $RESULTS.jsonl; the table above is in $RESULTS.table (copy it into $RESULTS.md)" >&2
+echo "raw lines: $RESULTS.jsonl; copy the table above into $RESULTS.md" >&2
