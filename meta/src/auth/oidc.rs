@@ -35,6 +35,10 @@ pub const MAX_EXCHANGE_TTL_SECS: u64 = 12 * 3600;
 /// is not exchanged for one that would be dead on arrival.
 pub const NBF_LEEWAY_SECS: u64 = 60;
 
+/// Largest JWKS document kept: it lives in every broker's replicated state, and real key
+/// sets are a few KiB.
+pub const MAX_JWKS_LEN: usize = 64 * 1024;
+
 /// The algorithms an IdP token may use.
 const ACCEPTED: [Algorithm; 9] = [
     Algorithm::RS256,
@@ -116,6 +120,9 @@ impl OidcIssuer {
             return Err(format!(
                 "an exchanged token lives between 1 s and {MAX_EXCHANGE_TTL_SECS} s (12 h)"
             ));
+        }
+        if self.jwks.len() > MAX_JWKS_LEN {
+            return Err(format!("the JWKS is over {MAX_JWKS_LEN} bytes"));
         }
         let keys = self.key_set()?;
         if !keys.keys.iter().any(usable) {
@@ -592,6 +599,11 @@ mod tests {
             ..good.clone()
         };
         assert!(hmac.validate().is_err(), "a shared secret is no issuer key");
+        let huge = OidcIssuer {
+            jwks: format!("{}{}", " ".repeat(MAX_JWKS_LEN), good.jwks),
+            ..good.clone()
+        };
+        assert!(huge.validate().is_err(), "a JWKS over 64 KiB");
         let long = OidcIssuer {
             ttl_secs: MAX_EXCHANGE_TTL_SECS + 1,
             ..good
