@@ -362,19 +362,21 @@ async fn idp_tokens_exchange_for_felix_tokens_with_the_mapped_grants_and_every_d
 
     // ES256 through `felixctl login`: the Felix token alone on stdout, and never outliving
     // the IdP token (which expires in 2 minutes here).
+    // The JWT on stdin; a stale Felix token in the environment is not presented (a hello
+    // with an expired token would be refused), so it does not stand in the way.
     let es = ec.sign("ec-1", &with("exp", json!(now() + 120)));
-    let jwt_file = dir.path().join("id.jwt");
-    std::fs::write(&jwt_file, format!("{es}\n")).unwrap();
     let out = super::felixctl::run(
         &broker,
         &[
+            "--token",
+            "stale.felix.token",
             "login",
             "--oidc-token",
-            jwt_file.to_str().unwrap(),
+            "-",
             "--tenant",
             "acme",
         ],
-        b"",
+        format!("{es}\n").as_bytes(),
     )
     .await;
     assert_eq!(
