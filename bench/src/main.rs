@@ -15,6 +15,8 @@
 //! * `catchup` — a running broker with tiered storage: replay speed from offset 0 with the
 //!   stream hot, cold behind an empty cache and cold behind a warm cache; publish latency
 //!   beside a cold reader; upload lag (one phase per run, for `bench/catchup.sh`).
+//! * `auth-checks` — the authorization steps alone (felix-meta, no network): verifying a
+//!   token, expanding its roles, the per-request check (for `bench/auth.sh`'s results).
 //! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
 //!   `bench/pubsub-vs-nats.sh`.
 
@@ -22,6 +24,7 @@
 // leader). Errors are the rare path; boxing would change the type every caller matches on.
 #![allow(clippy::result_large_err)]
 
+mod auth_scenario;
 mod broker_metrics;
 mod catchup_scenario;
 mod cluster;
@@ -64,6 +67,9 @@ enum Scenario {
     /// SIGKILL a Quorum shard's leader in a running cluster while publishing steadily: time
     /// from the kill to the first acknowledgement after it.
     Failover(failover_scenario::FailoverArgs),
+    /// What each authorization step costs on one core (no network): verifying a token,
+    /// expanding its roles, and the per-request check.
+    AuthChecks(auth_scenario::AuthArgs),
     /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
     #[cfg(feature = "nats")]
     NatsPubsub(nats_scenario::NatsArgs),
@@ -77,6 +83,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Pubsub(args) => pubsub_scenario::run(args),
         Scenario::Catchup(args) => catchup_scenario::run(args),
         Scenario::Failover(args) => failover_scenario::run(args),
+        Scenario::AuthChecks(args) => auth_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
     }

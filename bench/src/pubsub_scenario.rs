@@ -68,6 +68,16 @@ pub struct PubsubArgs {
     /// PEM CA file to verify a non-loopback broker with.
     #[arg(long)]
     ca: Option<std::path::PathBuf>,
+    /// The Felix token every connection presents, for a broker with auth on (bench/auth.sh
+    /// measures what auth costs). It needs every action on `bench/pubsub/*` and
+    /// `tenant.manage` on `bench` (a tenant-admin token of `bench` has both). One broker only.
+    #[arg(
+        long,
+        env = "FELIX_TOKEN",
+        hide_env_values = true,
+        conflicts_with = "cluster"
+    )]
+    token: Option<String>,
     /// Keep the benchmark stream afterwards instead of deleting it.
     #[arg(long)]
     keep: bool,
@@ -144,6 +154,7 @@ pub fn run(args: PubsubArgs) -> anyhow::Result<()> {
         let config = ClientConfig {
             ca: args.ca.clone(),
             name: "felix-bench".into(),
+            token: args.token.clone(),
             ..ClientConfig::default()
         };
         let open = || connect(&args.broker, &config);

@@ -118,8 +118,8 @@ pub use connection::Connection;
 pub use error::ClientError;
 pub use felix_wire::Compression;
 pub use felix_wire::protocol::{
-    AckMode, ErrorBody, RoleInfo, SegmentInfo, ShardInfo, StartAt, StreamConfig, StreamInfo, codes,
-    features,
+    AckMode, ErrorBody, OidcIssuerSpec, RoleInfo, SegmentInfo, ShardInfo, StartAt, StreamConfig,
+    StreamInfo, codes, features,
 };
 pub use idempotent::{IdempotentClusterProducer, IdempotentProducer};
 pub use parse::{parse_namespace_path, parse_start_at, parse_stream_path};
@@ -245,6 +245,10 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         Request::DeleteRole { .. } => "DeleteRole",
         Request::BindRole { .. } => "BindRole",
         Request::RotateKey {} => "RotateKey",
+        Request::PutOidcIssuer { .. } => "PutOidcIssuer",
+        Request::ListOidcIssuers {} => "ListOidcIssuers",
+        Request::DeleteOidcIssuer { .. } => "DeleteOidcIssuer",
+        Request::ExchangeOidcToken { .. } => "ExchangeOidcToken",
     }
 }
 

@@ -120,6 +120,60 @@ macro_rules! rbac_requests {
             .await
         }
 
+        /// Registers or replaces a trusted OIDC issuer (needs `rbac.manage` on `*`).
+        pub async fn put_oidc_issuer(
+            &self,
+            issuer: $crate::OidcIssuerSpec,
+        ) -> Result<(), $crate::ClientError> {
+            self.admin_done($crate::Request::PutOidcIssuer { issuer })
+                .await
+        }
+
+        /// The registered OIDC issuers.
+        pub async fn list_oidc_issuers(
+            &self,
+        ) -> Result<Vec<$crate::OidcIssuerSpec>, $crate::ClientError> {
+            match self
+                .admin($crate::Request::ListOidcIssuers {}, true)
+                .await?
+            {
+                $crate::Response::OidcIssuers { issuers } => Ok(issuers),
+                other => Err($crate::unexpected("ListOidcIssuers", &other)),
+            }
+        }
+
+        pub async fn delete_oidc_issuer(&self, issuer: &str) -> Result<(), $crate::ClientError> {
+            self.admin_done($crate::Request::DeleteOidcIssuer {
+                issuer: issuer.to_owned(),
+            })
+            .await
+        }
+
+        /// Trades an identity provider's JWT for a short-lived Felix token of `tenant`
+        /// (needs no Felix token). Safe to re-send: a lost answer only leaves an unused token.
+        pub async fn exchange_oidc_token(
+            &self,
+            tenant: &str,
+            token: &str,
+        ) -> Result<$crate::IssuedToken, $crate::ClientError> {
+            let request = $crate::Request::ExchangeOidcToken {
+                tenant: tenant.to_owned(),
+                token: token.trim().to_owned(),
+            };
+            match self.admin(request, true).await? {
+                $crate::Response::Token {
+                    token,
+                    jti,
+                    expires_at,
+                } => Ok($crate::IssuedToken {
+                    token,
+                    jti,
+                    expires_at,
+                }),
+                other => Err($crate::unexpected("ExchangeOidcToken", &other)),
+            }
+        }
+
         /// Adds a new signing key; returns its id.
         pub async fn rotate_key(&self) -> Result<String, $crate::ClientError> {
             match self.admin($crate::Request::RotateKey {}, false).await? {

@@ -338,7 +338,9 @@ impl Metrics {
                 listener: listener.to_owned(),
             });
         }
-        for reason in AUTH_REFUSAL_REASONS {
+        // The OIDC exchange's reasons too (docs/security.md): a refused exchange counts here.
+        let oidc = felix_meta::auth::OidcError::REASONS;
+        for reason in AUTH_REFUSAL_REASONS.into_iter().chain(oidc) {
             let _ = m.auth_refusals.get_or_create(&ReasonLabel {
                 reason: reason.to_owned(),
             });

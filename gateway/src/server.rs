@@ -363,6 +363,34 @@ async fn handle_stream(
             Ok(kid) => Response::SigningKey { kid },
             Err(e) => Response::Error(e),
         },
+        Request::PutOidcIssuer { issuer } => {
+            done(broker.access().put_oidc_issuer(credential, issuer).await)
+        }
+        Request::ListOidcIssuers {} => match broker.access().list_oidc_issuers(credential) {
+            Ok(issuers) => Response::OidcIssuers { issuers },
+            Err(e) => Response::Error(e),
+        },
+        Request::DeleteOidcIssuer { issuer } => done(
+            broker
+                .access()
+                .delete_oidc_issuer(credential, &issuer)
+                .await,
+        ),
+        Request::ExchangeOidcToken { tenant, token } => {
+            match broker.access().exchange_oidc(&token, Some(&tenant)).await {
+                Ok(m) => Response::Token {
+                    token: m.token,
+                    jti: m.jti,
+                    expires_at: m.expires_at,
+                },
+                Err(e) => {
+                    if e.code == codes::UNAUTHORIZED {
+                        broker.metrics().auth_refused(&e.reason);
+                    }
+                    Response::Error(e)
+                }
+            }
+        }
         Request::CreateTenant { name } => done(broker.create_tenant(&name).await),
         Request::CreateNamespace { tenant, name } => {
             done(broker.create_namespace(&tenant, &name).await)

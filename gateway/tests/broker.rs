@@ -28,6 +28,7 @@ mod broker {
     mod kafka_auth;
     mod leases;
     mod limits;
+    mod oidc;
     mod ordering;
     mod quotas;
     mod tiering;

@@ -23,6 +23,7 @@ pub mod checked;
 pub mod codec;
 pub mod error;
 pub mod murmur2;
+pub mod oidc;
 pub mod protocol;
 pub mod record;
 pub mod transport;

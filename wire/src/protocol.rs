@@ -12,6 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::oidc::OidcIssuerSpec;
+
 /// ALPN of the protocol.
 pub const ALPN: &[u8] = b"felix/1";
 /// The protocol version a Hello announces.
@@ -370,6 +372,21 @@ pub enum Request {
     /// Adds a new signing key; the previous ones verify until their tokens have expired
     /// (needs `cluster.manage`). Answered `SigningKey`.
     RotateKey {},
+    /// Registers or replaces a trusted OIDC issuer (needs `rbac.manage` on `*`).
+    PutOidcIssuer {
+        issuer: OidcIssuerSpec,
+    },
+    /// The registered issuers (needs `rbac.manage` on `*`). Answered `OidcIssuers`.
+    ListOidcIssuers {},
+    DeleteOidcIssuer {
+        issuer: String,
+    },
+    /// Trades an identity provider's JWT for a short-lived Felix token of `tenant`. Needs no
+    /// Felix token. Answered `Token`, or `unauthorized` with the reason the JWT was refused.
+    ExchangeOidcToken {
+        tenant: String,
+        token: String,
+    },
     CreateTenant {
         name: String,
     },
@@ -487,6 +504,9 @@ pub enum Response {
     /// The key id new tokens are signed with.
     SigningKey {
         kid: String,
+    },
+    OidcIssuers {
+        issuers: Vec<OidcIssuerSpec>,
     },
     Error(ErrorBody),
 }

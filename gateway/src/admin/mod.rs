@@ -1,7 +1,7 @@
 //! Admin HTTP: `/metrics`, `/healthz` and the `/v1` management API over the broker.
 //!
-//! With auth on, every route but `/healthz`, `/.well-known/jwks.json` and (unless
-//! `metrics_require_auth`) `/metrics` needs `Authorization: Bearer <token>` granting the
+//! With auth on, every route but `/healthz`, `/.well-known/jwks.json`, the OIDC token
+//! exchange (`oidc.rs`) and (unless `metrics_require_auth`) `/metrics` needs `Authorization: Bearer <token>` granting the
 //! route's action, checked before anything is done (`api.rs`); tokens, roles and keys have
 //! their routes in `rbac.rs`.
 //!
@@ -16,6 +16,7 @@
 //! (also in `Allow`). Bodies and answers are in docs/configuration.md, *Admin HTTP*.
 
 mod api;
+mod oidc;
 mod rbac;
 
 use std::sync::Arc;
@@ -132,6 +133,18 @@ pub const ROUTES: &[AdminRoute] = &[
         what: "add a new signing key; the old ones verify until their tokens expire",
     },
     AdminRoute {
+        path: "/v1/tenants/{tenant}/token/exchange",
+        methods: &["POST"],
+        what: "trade an identity provider's JWT for a Felix token: {\"token\"} (open; \
+               answers {\"token\",\"jti\",\"expires_at\"})",
+    },
+    AdminRoute {
+        path: "/v1/oidc/issuers",
+        methods: &["GET", "POST", "DELETE"],
+        what: "trusted OIDC issuers; POST registers one (docs/security.md), \
+               DELETE ?issuer=ISS forgets one",
+    },
+    AdminRoute {
         path: "/v1/faults/skip_ingress_publish_check",
         methods: &["POST", "DELETE"],
         what: "fault injection (FELIX_FAULT_INJECTION=1 only): this broker leaves a \
@@ -187,6 +200,13 @@ pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>, metrics_require_auth: 
         .route("/v1/roles/{name}", axum::routing::delete(rbac::delete_role))
         .route("/v1/tenants/{tenant}/bindings", post(rbac::bind_role))
         .route("/v1/keys/rotate", post(rbac::rotate_key))
+        .route("/v1/tenants/{tenant}/token/exchange", post(oidc::exchange))
+        .route(
+            "/v1/oidc/issuers",
+            get(oidc::list_issuers)
+                .post(oidc::put_issuer)
+                .delete(oidc::delete_issuer),
+        )
         .route(
             "/v1/faults/skip_ingress_publish_check",
             post(rbac::skip_ingress_publish_check).delete(rbac::skip_ingress_publish_check),

@@ -8,11 +8,14 @@
 //!   request; the `unauthorized` and `forbidden` refusals.
 //! * `requests.rs` — which check each QUIC request needs, before any work.
 //! * `manage.rs` — minting and revoking tokens, roles, bindings, key rotation, the JWKS.
+//! * `oidc.rs` — trusted OIDC issuers and the exchange of an IdP token for a Felix token
+//!   ([`AccessControl::exchange_oidc`]).
 //! * `bootstrap.rs` — the bootstrap admin token and `<data_dir>/admin.token`.
 
 mod access;
 mod bootstrap;
 mod manage;
+mod oidc;
 mod requests;
 
 pub use access::{
@@ -20,4 +23,5 @@ pub use access::{
 };
 pub use bootstrap::{ADMIN_TOKEN_FILE, ensure_bootstrap_token};
 pub use manage::{DEFAULT_TOKEN_TTL_SECS, MintRequest, MintedToken, parse_grants};
+pub use oidc::oidc_refusal;
 pub use requests::{Check, check_for};

@@ -60,7 +60,11 @@ pub fn check_for(request: &Request) -> Check {
         | R::ListRoles {}
         | R::DeleteRole { .. }
         | R::BindRole { .. }
-        | R::RotateKey {} => Check::Own,
+        | R::RotateKey {}
+        | R::PutOidcIssuer { .. }
+        | R::ListOidcIssuers {}
+        | R::DeleteOidcIssuer { .. }
+        | R::ExchangeOidcToken { .. } => Check::Own,
         R::CreateTenant { name } => Check::Action(Action::TenantManage, Resource::tenant(name)),
         R::CreateNamespace { tenant, name } => {
             Check::Action(Action::NamespaceManage, Resource::namespace(tenant, name))

@@ -14,6 +14,9 @@
 //! * `state.rs` — [`AuthState`]: signing keys, roles, bindings, revocations, the bootstrap
 //!   token, as replicated.
 //! * `token.rs` — [`mint`], [`verify`] (EdDSA only), [`check_live`] and [`TokenError`].
+//! * `oidc.rs` — [`OidcIssuer`] (a trusted identity provider, as registered) and
+//!   [`verify_oidc`]: an IdP's JWT checked against its issuer's JWKS and mapped to a tenant,
+//!   a subject and roles, for the token exchange.
 //! * `principal.rs` — [`Principal`]: a verified token with its roles expanded, and its check
 //!   API ([`Principal::check`], [`Principal::sees`]).
 //! * `sasl.rs` — [`SaslMechanism`]: the token inside a Kafka client's SASL PLAIN or
@@ -37,6 +40,7 @@
 
 mod actions;
 mod claims;
+mod oidc;
 mod pattern;
 mod principal;
 mod sasl;
@@ -46,6 +50,10 @@ mod token;
 pub use actions::Action;
 pub use claims::{
     ALL_TENANTS, Claims, DEFAULT_NAMESPACE, MAX_TOKEN_TTL_SECS, Permission, PermissionError,
+};
+pub use oidc::{
+    DEFAULT_EXCHANGE_TTL_SECS, MAX_EXCHANGE_TTL_SECS, OidcError, OidcIdentity, OidcIssuer,
+    verify_oidc,
 };
 pub use pattern::{PatternError, Resource, ResourcePattern};
 pub use principal::{CLUSTER_ADMIN, Denied, Principal, TENANT_ADMIN, is_builtin_role, role_grants};

@@ -1,5 +1,5 @@
 //! The authorization state the control plane replicates: signing keys, roles, bindings,
-//! revoked token ids and the bootstrap admin token.
+//! revoked token ids, the bootstrap admin token and the trusted OIDC issuers.
 //!
 //! Decides what every broker needs to verify a token and expand its roles on its own, with
 //! no round trip per request: this is plain data inside [`MetaState`](crate::MetaState),
@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::claims::Permission;
+use super::oidc::OidcIssuer;
 
 /// One Ed25519 signing key. The private half lives in the replicated state (so any broker
 /// can mint) and therefore in the meta data directory of every broker: protect it as a
@@ -81,6 +82,9 @@ pub struct AuthState {
     pub revoked: BTreeMap<String, u64>,
     #[serde(default)]
     pub bootstrap: Option<BootstrapToken>,
+    /// Trusted identity providers, by their `iss`: whose tokens the exchange accepts.
+    #[serde(default)]
+    pub issuers: BTreeMap<String, OidcIssuer>,
 }
 
 impl AuthState {

@@ -246,7 +246,9 @@ impl MetaState {
             | Command::BindRole { .. }
             | Command::UnbindRole { .. }
             | Command::RevokeToken { .. }
-            | Command::SetBootstrapToken { .. } => self.apply_auth(cmd),
+            | Command::SetBootstrapToken { .. }
+            | Command::PutOidcIssuer { .. }
+            | Command::DeleteOidcIssuer { .. } => self.apply_auth(cmd),
             Command::Batch { commands } => {
                 let results = commands.iter().map(|c| self.apply(c)).collect();
                 Ok(Applied::Batch { results })
@@ -295,7 +297,9 @@ impl MetaState {
             | Command::BindRole { .. }
             | Command::UnbindRole { .. }
             | Command::RevokeToken { .. }
-            | Command::SetBootstrapToken { .. } => false,
+            | Command::SetBootstrapToken { .. }
+            | Command::PutOidcIssuer { .. }
+            | Command::DeleteOidcIssuer { .. } => false,
             Command::Batch { commands } => commands.iter().any(Self::touches_registry),
             _ => true,
         }

@@ -3,7 +3,8 @@
 //! Decides which changes to [`AuthState`](crate::auth::AuthState) are valid. The
 //! invariants: built-in roles cannot be defined, changed or deleted; a binding names a role
 //! that exists; a key id is never reused; revocations of tokens that have expired are pruned
-//! (they can no longer be presented), and the bootstrap token is set once. Every accepted
+//! (they can no longer be presented), the bootstrap token is set once, and an OIDC issuer
+//! is complete (its JWKS holds a usable key) and gives only roles that exist. Every accepted
 //! change bumps the state's version, which brokers use to re-expand cached principals.
 
 use super::command::{Applied, Command};
@@ -140,6 +141,21 @@ impl MetaState {
                     token: token.clone(),
                 });
             }
+            Command::PutOidcIssuer { issuer } => {
+                issuer.validate().map_err(CommandError::Invalid)?;
+                if let Some(role) = issuer
+                    .roles_named()
+                    .find(|r| !is_builtin_role(r) && !auth.roles.contains_key(*r))
+                {
+                    return Err(missing("role", role));
+                }
+                auth.issuers.insert(issuer.issuer.clone(), issuer.clone());
+            }
+            Command::DeleteOidcIssuer { issuer } => {
+                if auth.issuers.remove(issuer).is_none() {
+                    return Err(missing("OIDC issuer", issuer));
+                }
+            }
             _ => {
                 return Err(CommandError::Invalid("not an authorization command".into()));
             }
@@ -248,6 +264,60 @@ mod tests {
         })
         .unwrap();
         assert!(s.auth.bindings.is_empty(), "deleting a role unbinds it");
+    }
+
+    #[test]
+    fn an_oidc_issuer_is_registered_only_complete_and_with_roles_that_exist() {
+        use crate::auth::OidcIssuer;
+        let key = SigningKey::generate(1).unwrap();
+        let issuer = OidcIssuer {
+            issuer: "https://idp".into(),
+            audience: "felix".into(),
+            jwks: format!(
+                r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"k","x":"{}"}}]}}"#,
+                key.public
+            ),
+            tenant: Some("a".into()),
+            tenant_claim: None,
+            subject_claim: "sub".into(),
+            roles_claim: None,
+            role_map: Default::default(),
+            default_roles: vec!["reader".into()],
+            ttl_secs: 900,
+        };
+        let mut s = MetaState::default();
+        let put = |i: &OidcIssuer| Command::PutOidcIssuer { issuer: i.clone() };
+        let before = s.clone();
+        assert!(
+            matches!(s.apply(&put(&issuer)), Err(CommandError::NotFound { .. })),
+            "an unknown role"
+        );
+        let no_keys = OidcIssuer {
+            jwks: r#"{"keys":[]}"#.into(),
+            default_roles: vec![],
+            ..issuer.clone()
+        };
+        assert!(matches!(
+            s.apply(&put(&no_keys)),
+            Err(CommandError::Invalid(_))
+        ));
+        assert_eq!(s, before, "a refused registration changes nothing");
+        s.apply(&Command::PutRole {
+            name: "reader".into(),
+            permissions: vec![Permission::parse("stream.subscribe:a/*").unwrap()],
+        })
+        .unwrap();
+        s.apply(&put(&issuer)).unwrap();
+        assert_eq!(s.auth.issuers["https://idp"], issuer);
+        let remove = Command::DeleteOidcIssuer {
+            issuer: "https://idp".into(),
+        };
+        s.apply(&remove).unwrap();
+        assert!(s.auth.issuers.is_empty());
+        assert!(matches!(
+            s.apply(&remove),
+            Err(CommandError::NotFound { .. })
+        ));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::errors::CommandError;
 use super::names::ShardKey;
 use super::settings::{StreamSettings, StreamSettingsPatch};
 use super::state::{Broker, SegmentEntry, TierState};
-use crate::auth::{Permission, SigningKey};
+use crate::auth::{OidcIssuer, Permission, SigningKey};
 
 /// A change to the control plane's state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -171,6 +171,15 @@ pub enum Command {
     SetBootstrapToken {
         jti: String,
         token: String,
+    },
+    /// Registers (or replaces) a trusted OIDC issuer, keyed by its `iss`.
+    PutOidcIssuer {
+        issuer: OidcIssuer,
+    },
+    /// Forgets a trusted OIDC issuer: its tokens exchange no more (Felix tokens already
+    /// exchanged live out their short lifetime).
+    DeleteOidcIssuer {
+        issuer: String,
     },
     /// Several commands in one log entry, applied in order; each has its own answer. The
     /// proposer batches commands that queue up while a Raft write is in flight.

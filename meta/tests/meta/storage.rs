@@ -577,6 +577,24 @@ async fn a_snapshot_carries_keys_roles_bindings_revocations_and_the_bootstrap_to
             jti: "boot".into(),
             token: "header.body.sig".into(),
         },
+        // Trusted OIDC issuers are replicated auth state too.
+        Command::PutOidcIssuer {
+            issuer: felix_meta::auth::OidcIssuer {
+                issuer: "https://idp".into(),
+                audience: "felix".into(),
+                jwks: format!(
+                    r#"{{"keys":[{{"kty":"OKP","crv":"Ed25519","kid":"k","x":"{}"}}]}}"#,
+                    key.public
+                ),
+                tenant: Some("acme".into()),
+                tenant_claim: None,
+                subject_claim: "sub".into(),
+                roles_claim: None,
+                role_map: Default::default(),
+                default_roles: vec!["reader".into()],
+                ttl_secs: 900,
+            },
+        },
     ];
     for (i, cmd) in auth.into_iter().enumerate() {
         entries.push(entry(7 + i as u64, EntryPayload::Normal(cmd)));
@@ -585,6 +603,7 @@ async fn a_snapshot_carries_keys_roles_bindings_revocations_and_the_bootstrap_to
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let state = sm.read(|s| s.clone());
     assert!(state.auth.keys.contains_key(&key.kid));
+    assert!(state.auth.issuers.contains_key("https://idp"));
     let snapshot = sm
         .get_snapshot_builder()
         .await

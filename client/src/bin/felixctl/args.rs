@@ -24,6 +24,8 @@ Examples:
   felixctl token create --tenant acme --allow stream.publish:acme/prod/* --ttl 1h
   felixctl role create reader --allow stream.subscribe:acme/*
   felixctl role bind svc-orders reader --tenant acme
+  felixctl oidc issuer add https://idp.example/ --audience felix --jwks-file jwks.json --tenant-claim org
+  export FELIX_TOKEN=$(felixctl login --oidc-token id.jwt --tenant acme)
 
 Tokens (a broker with auth on): --token, FELIX_TOKEN, --token-file or FELIX_TOKEN_FILE; with
 none of them and a loopback broker, ./felix-data/admin.token if it exists.
@@ -100,6 +102,13 @@ pub(crate) enum Command {
     /// Manage the signing keys.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Trade an identity provider's (OIDC) token for a Felix token and print it alone on
+    /// stdout: `export FELIX_TOKEN=$(felixctl login --oidc-token id.jwt --tenant acme)`.
+    /// Presents no Felix token. The issuer must be registered (`felixctl oidc issuer add`).
+    Login(LoginArgs),
+    /// Manage the trusted OIDC identity providers.
+    #[command(subcommand)]
+    Oidc(OidcCommand),
     /// List a stream's segments and objects: offsets, timestamps, size, tier and object key.
     Segments {
         /// The stream, as TENANT/NAMESPACE/STREAM.
@@ -168,6 +177,86 @@ pub(crate) enum RoleCommand {
         #[arg(long)]
         tenant: String,
     },
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "The identity provider's JWT is verified (signature against the \
+issuer's registered JWKS, issuer, audience, expiry and not-before; RS*, PS*, ES256, ES384 or \
+EdDSA only) and mapped to the tenant, subject and roles the issuer's registration says; the \
+Felix token lives 15 minutes unless the issuer was registered with another --ttl, and never \
+past the JWT's own expiry. Its id and expiry go to stderr. A refusal names its reason \
+(bad_signature, wrong_issuer, wrong_audience, expired, unknown_issuer, tenant_mismatch, ...)."
+)]
+pub(crate) struct LoginArgs {
+    /// A file holding the identity provider's JWT ('-': stdin).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) oidc_token: PathBuf,
+    /// The tenant to act for: the JWT must map to it.
+    #[arg(long)]
+    pub(crate) tenant: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum OidcCommand {
+    /// Register, list and remove trusted issuers (needs rbac.manage on *).
+    #[command(subcommand)]
+    Issuer(IssuerCommand),
+}
+
+// Parsed once per run: the size of the largest variant costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand, Debug)]
+pub(crate) enum IssuerCommand {
+    /// Trust an identity provider (or replace its registration): its tokens exchange for
+    /// Felix tokens. Map the tenant with --tenant or --tenant-claim.
+    Add {
+        /// The issuer, exactly as its tokens' iss claim says (e.g. https://idp.example/).
+        issuer: String,
+        /// The aud its tokens must carry to be meant for Felix.
+        #[arg(long)]
+        audience: String,
+        /// The issuer's JSON Web Key Set, from a file (its jwks_uri document).
+        #[arg(long, value_name = "FILE")]
+        jwks_file: PathBuf,
+        /// Every token of this issuer acts for this tenant.
+        #[arg(
+            long,
+            conflicts_with = "tenant_claim",
+            required_unless_present = "tenant_claim"
+        )]
+        tenant: Option<String>,
+        /// The claim that names the tenant.
+        #[arg(long, value_name = "CLAIM")]
+        tenant_claim: Option<String>,
+        /// The claim that names the subject (role bindings are per subject).
+        #[arg(long, value_name = "CLAIM", default_value = "sub")]
+        subject_claim: String,
+        /// The claim listing the provider's groups or roles (a list, or space-separated).
+        #[arg(long, value_name = "CLAIM")]
+        roles_claim: Option<String>,
+        /// Map a provider group to a Felix role (repeatable); unmapped groups give nothing.
+        #[arg(long = "map-role", value_name = "GROUP=ROLE", value_parser = group_role)]
+        map_role: Vec<(String, String)>,
+        /// A Felix role every exchanged token gets (repeatable). With no role at all, an
+        /// exchanged token grants only what bindings give its subject.
+        #[arg(long = "role", value_name = "ROLE")]
+        roles: Vec<String>,
+        /// Lifetime of an exchanged Felix token (at most 12h; never past the JWT's expiry).
+        #[arg(long, default_value = "15m", value_parser = humantime::parse_duration, value_name = "DURATION")]
+        ttl: Duration,
+    },
+    /// List the trusted issuers and their mappings.
+    List,
+    /// Stop trusting an issuer: its tokens no longer exchange.
+    Remove { issuer: String },
+}
+
+fn group_role(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((g, r)) if !g.is_empty() && !r.is_empty() => Ok((g.to_owned(), r.to_owned())),
+        _ => Err("write a mapping as GROUP=ROLE, e.g. --map-role felix-writers=writer".into()),
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -5,11 +5,12 @@
 //!
 //! Modules: `args` the command line, `output` how results print, one module per command
 //! family (`streams`, `publish`, `subscribe`, `auth`: tokens, roles, keys and which token
-//! felixctl presents). felixctl talks to the broker named by
+//! felixctl presents; `oidc`: trusted issuers and `login`). felixctl talks to the broker named by
 //! `--broker` through a pinned [`Connection`]: what it shows is what that broker answers.
 
 mod args;
 mod auth;
+mod oidc;
 mod output;
 mod publish;
 mod streams;
@@ -51,6 +52,14 @@ fn main() -> ExitCode {
 }
 
 async fn run(mut cli: Cli) -> anyhow::Result<u8> {
+    // `login` presents no Felix token: the one it would find may be the expired one it is
+    // run to replace, and the broker refuses a hello with an expired token.
+    if let Command::Login(args) = &cli.command {
+        cli.global.token = None;
+        cli.global.token_file = None;
+        let client = connect(&cli.global).await?;
+        return oidc::login(&client, args).await;
+    }
     // Resolved once: every connection felixctl opens (subscribe reconnects) presents it.
     cli.global.token = auth::resolve_token(&cli.global)?;
     cli.global.token_file = None;
@@ -78,6 +87,8 @@ async fn run(mut cli: Cli) -> anyhow::Result<u8> {
         Command::Token(cmd) => auth::token_command(&client, cmd).await?,
         Command::Role(cmd) => auth::role_command(&client, cmd).await?,
         Command::Key(cmd) => auth::key_command(&client, cmd).await?,
+        Command::Oidc(cmd) => oidc::oidc_command(&client, cmd).await?,
+        Command::Login(_) => unreachable!("login is run before a token is resolved"),
         Command::Segments {
             path: (t, ns, s),
             output,
