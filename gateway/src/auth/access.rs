@@ -123,11 +123,22 @@ impl AccessControl {
         })
     }
 
-    /// A bearer credential (SASL OAUTHBEARER on the Kafka listener): the one door through
-    /// which a token presented as a bearer is verified, so that accepting another issuer's
-    /// token (the OIDC exchange) is a change here alone. Today: a Felix token.
-    pub fn authenticate_bearer(&self, token: &str) -> Result<Arc<Credential>, ErrorBody> {
-        self.authenticate(token)
+    /// A bearer credential (SASL OAUTHBEARER on the Kafka listener): a Felix token, or an
+    /// identity provider's token from a registered issuer, exchanged as
+    /// `POST /v1/tenants/{tenant}/token/exchange` would (for the tenant the issuer maps it
+    /// to). Which refusal a bad token gets follows its shape: one that claims an issuer
+    /// (`iss`) gets the exchange's (`unknown_issuer`, `expired`, ...), any other the Felix
+    /// verifier's (so a stale Felix token is told `token_expired`).
+    pub async fn authenticate_bearer(&self, token: &str) -> Result<Arc<Credential>, ErrorBody> {
+        let felix = match self.authenticate(token) {
+            Ok(credential) => return Ok(credential),
+            Err(e) => e,
+        };
+        if auth::claims_an_issuer(token) {
+            self.exchange_oidc_credential(token, None).await
+        } else {
+            Err(felix)
+        }
     }
 
     /// [`authenticate`](Self::authenticate) for callers that present the token with every

@@ -257,7 +257,8 @@ async fn handle(
             &mut session.scope,
             &frame,
             &session.peer,
-        )?;
+        )
+        .await?;
         return Ok(Some(answer));
     }
     let prefix = api::prefix(&frame)?;
@@ -325,7 +326,8 @@ async fn serve_request(
                 &mut session.scope,
                 &r,
                 &session.peer,
-            );
+            )
+            .await;
             session.close = !go_on;
             Some(api::encode_response(cid, version, &answer)?)
         }

@@ -83,14 +83,14 @@ pub fn handshake(
 
 /// SaslAuthenticate: verifies the token the agreed mechanism carries and, on success, sets
 /// the connection's scope. Returns the answer and whether the connection goes on.
-pub fn authenticate(
+pub async fn authenticate(
     kafka: &Kafka,
     state: &mut SaslState,
     scope: &mut Scope,
     request: &SaslAuthenticateRequest,
     peer: &SocketAddr,
 ) -> (SaslAuthenticateResponse, bool) {
-    match verify(kafka, state, scope, &request.auth_bytes, peer) {
+    match verify(kafka, state, scope, &request.auth_bytes, peer).await {
         Ok(lifetime_ms) => (
             SaslAuthenticateResponse::default().with_session_lifetime_ms(lifetime_ms),
             true,
@@ -113,7 +113,7 @@ pub fn expects_raw(state: &SaslState) -> bool {
 /// A bare SASL message after a v0 handshake: on success the answer is an empty SASL
 /// response (a zero length); on failure there is no way to say why, so the connection is
 /// closed, as Kafka does.
-pub fn raw_authenticate(
+pub async fn raw_authenticate(
     kafka: &Kafka,
     state: &mut SaslState,
     scope: &mut Scope,
@@ -121,7 +121,7 @@ pub fn raw_authenticate(
     peer: &SocketAddr,
 ) -> anyhow::Result<Bytes> {
     state.raw_next = false;
-    match verify(kafka, state, scope, message, peer) {
+    match verify(kafka, state, scope, message, peer).await {
         Ok(_) => Ok(Bytes::from_static(&[0, 0, 0, 0])),
         Err((_, message)) => anyhow::bail!("SASL authentication failed: {message}"),
     }
@@ -129,7 +129,7 @@ pub fn raw_authenticate(
 
 /// The exchange's one check: the agreed mechanism's token, verified. `Ok` with the
 /// session's lifetime in milliseconds (the token's remaining life; 0 with auth off).
-fn verify(
+async fn verify(
     kafka: &Kafka,
     state: &mut SaslState,
     scope: &mut Scope,
@@ -167,7 +167,7 @@ fn verify(
         return Ok(0);
     }
     let verified = match mechanism {
-        SaslMechanism::OAuthBearer => access.authenticate_bearer(token),
+        SaslMechanism::OAuthBearer => access.authenticate_bearer(token).await,
         SaslMechanism::Plain => access.authenticate(token),
     };
     let credential = match verified {

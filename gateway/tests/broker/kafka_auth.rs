@@ -79,7 +79,7 @@ fn error_names(out: &Value) -> Vec<String> {
 }
 
 /// Asserts a probe failed with an authentication error naming `why`, quickly.
-fn assert_authentication_failed(out: &Value, why: &str, what: &str) {
+pub(super) fn assert_authentication_failed(out: &Value, why: &str, what: &str) {
     assert!(out.get("topics").is_none(), "{what}: no metadata: {out}");
     assert!(
         error_names(out).iter().any(|n| n == "_AUTHENTICATION"),

@@ -402,13 +402,43 @@ async fn idp_tokens_exchange_for_felix_tokens_with_the_mapped_grants_and_every_d
         b"by felixctl\n",
     )
     .await;
+    // Kafka: SASL/OAUTHBEARER takes the IdP token itself and exchanges it at the listener
+    // (confluent-kafka's oauth_cb hands it over, as an application fetching it would).
+    let bootstrap = broker.kafka_addr.to_string();
+    let jwt = rsa.sign("rsa-1", &claims());
+    let bearer = ["--mechanism", "OAUTHBEARER", "--token", jwt.as_str()];
+    let mut args = vec!["produce_one", bootstrap.as_str(), "orders"];
+    args.extend_from_slice(&bearer);
+    let wrote = super::kafka::python_script("kafka_sasl.py", &args).await;
+    assert!(
+        wrote["result"].is_null(),
+        "an IdP token over OAUTHBEARER publishes where its role allows: {wrote}"
+    );
+    let wrong_audience = rsa.sign("rsa-1", &with("aud", json!("someone-else")));
+    let probe = super::kafka::python_script(
+        "kafka_sasl.py",
+        &[
+            "probe",
+            bootstrap.as_str(),
+            "--mechanism",
+            "OAUTHBEARER",
+            "--token",
+            wrong_audience.as_str(),
+        ],
+    )
+    .await;
+    super::kafka_auth::assert_authentication_failed(
+        &probe,
+        "wrong_audience",
+        "an IdP token for another audience over OAUTHBEARER",
+    );
     let info = admin
         .describe_stream("acme", "default", "orders")
         .await
         .unwrap();
     assert_eq!(
-        info.shards[0].next_offset, 2,
-        "two records, both by exchanged tokens"
+        info.shards[0].next_offset, 3,
+        "three records, all by exchanged tokens"
     );
 
     // Every defect is refused with its reason, counted, and mints nothing.
@@ -517,7 +547,7 @@ async fn idp_tokens_exchange_for_felix_tokens_with_the_mapped_grants_and_every_d
         .await
         .unwrap();
     assert_eq!(
-        info.shards[0].next_offset, 2,
+        info.shards[0].next_offset, 3,
         "no refused caller wrote anything"
     );
 }

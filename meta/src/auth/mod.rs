@@ -53,7 +53,7 @@ pub use claims::{
 };
 pub use oidc::{
     DEFAULT_EXCHANGE_TTL_SECS, MAX_EXCHANGE_TTL_SECS, OidcError, OidcIdentity, OidcIssuer,
-    verify_oidc,
+    claims_an_issuer, verify_oidc,
 };
 pub use pattern::{PatternError, Resource, ResourcePattern};
 pub use principal::{CLUSTER_ADMIN, Denied, Principal, TENANT_ADMIN, is_builtin_role, role_grants};

@@ -298,6 +298,19 @@ fn number(v: Option<&Value>) -> Option<u64> {
         .or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
 }
 
+/// Whether `token` is shaped like an identity provider's JWT: it claims an issuer (`iss`,
+/// unverified). Felix's own tokens carry none, so a listener that takes both kinds can tell
+/// which verifier's refusal to report.
+pub fn claims_an_issuer(token: &str) -> bool {
+    let mut parts = token.trim().split('.');
+    let (Some(_), Some(payload), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    part(payload, "payload").is_ok_and(|p| p.get("iss").and_then(Value::as_str).is_some())
+}
+
 /// Verifies an IdP token against the registered `issuers` at `now`, and maps it. With
 /// `tenant`, the token must map to that tenant ([`OidcError::TenantMismatch`] otherwise).
 pub fn verify_oidc(
