@@ -10,6 +10,7 @@
 //! * [`admission`] — tenants' publish slots, when a publish is acknowledged, `overloaded`.
 //! * [`publish`] — the publish pipeline on the shard's leader.
 //! * [`forward`] — a publish sent on to the shard's leader.
+//! * [`groups`] — consumer groups: claims, acknowledgements, redelivery, dead letters.
 //! * [`fanout`] — live delivery, per-subscriber queues, drops and `subscription_lagged`.
 //! * [`subscription`] — catch-up from history, then live.
 //! * [`pull`] — pull reads of a durable shard (the Kafka fetch path).
@@ -52,6 +53,7 @@ pub mod ephemeral;
 pub mod errors;
 pub mod fanout;
 pub mod forward;
+pub mod groups;
 pub mod inert_settings;
 pub mod internal;
 pub mod kafka;

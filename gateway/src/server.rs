@@ -487,6 +487,15 @@ async fn handle_stream(
             Ok((shards, brokers)) => Response::Topology { shards, brokers },
             Err(e) => Response::Error(e),
         },
+        Request::Group(request) => {
+            // A poll's answer carries its records as a body.
+            let (response, body) = crate::groups::requests::serve(&broker, request).await;
+            let frame = Frame::new(FrameKind::Response, &response, body);
+            let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
+            let _ = send.write_all_chunks(&mut chunks).await;
+            let _ = send.finish();
+            return;
+        }
     };
     respond(&mut send, &response).await;
     let _ = send.finish();

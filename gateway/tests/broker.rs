@@ -22,6 +22,7 @@ mod broker {
     mod ephemeral;
     mod fanout;
     mod felixctl;
+    mod groups;
     mod idempotence;
     mod internal_auth;
     mod kafka;

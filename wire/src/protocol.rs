@@ -434,6 +434,8 @@ pub enum Request {
         namespace: String,
         stream: String,
     },
+    /// A consumer-group request ([`crate::groups`]).
+    Group(crate::groups::GroupRequest),
 }
 
 /// A response: the header of a `Response` frame.
@@ -488,6 +490,8 @@ pub enum Response {
     SigningKey {
         kid: String,
     },
+    /// The answer to a consumer-group request ([`crate::groups`]).
+    Group(crate::groups::GroupResponse),
     Error(ErrorBody),
 }
 
@@ -604,6 +608,12 @@ pub mod codes {
     /// The token is valid but does not grant the action (reason `forbidden`); the message
     /// names the action and nothing of the resource. Not retryable with the same token.
     pub const FORBIDDEN: u16 = 25;
+    /// No consumer group of that name on the stream (reason `unknown_group`).
+    pub const UNKNOWN_GROUP: u16 = 26;
+    /// An answer to a claim that is no longer the caller's: its deadline passed
+    /// (`claim_expired`), or the record is not claimed by this consumer at this attempt
+    /// (`not_claimed_by_you`). Nothing of the request was applied.
+    pub const CLAIM_NOT_HELD: u16 = 27;
 }
 
 impl ErrorBody {

@@ -155,6 +155,7 @@ impl MetaState {
                 self.replication.retain(|k, _| !gone(k));
                 self.manifests.retain(|k, _| !gone(k));
                 self.manifest_floors.retain(|k, _| !gone(k));
+                self.drop_groups_of(tenant, namespace, name);
                 Ok(Applied::Done)
             }
             Command::ObjectsDeleted {
@@ -247,6 +248,20 @@ impl MetaState {
             | Command::UnbindRole { .. }
             | Command::RevokeToken { .. }
             | Command::SetBootstrapToken { .. } => self.apply_auth(cmd),
+            Command::CreateGroup {
+                tenant,
+                namespace,
+                stream,
+                name,
+                settings,
+                created_ms,
+            } => self.create_group(tenant, namespace, stream, name, settings, *created_ms),
+            Command::DeleteGroup {
+                tenant,
+                namespace,
+                stream,
+                name,
+            } => self.delete_group(tenant, namespace, stream, name),
             Command::Batch { commands } => {
                 let results = commands.iter().map(|c| self.apply(c)).collect();
                 Ok(Applied::Batch { results })
@@ -288,7 +303,9 @@ impl MetaState {
             | Command::RecordObject { .. }
             | Command::TrimManifest { .. }
             | Command::ReportReplicas { .. }
-            | Command::AllocateProducerIds { .. } => false,
+            | Command::AllocateProducerIds { .. }
+            | Command::CreateGroup { .. }
+            | Command::DeleteGroup { .. } => false,
             Command::AddSigningKey { .. }
             | Command::PutRole { .. }
             | Command::DeleteRole { .. }

@@ -1,0 +1,193 @@
+//! The group requests of the QUIC protocol, answered: a `Request::Group` in, a
+//! `Response::Group` (with a record batch body for a poll) or an error out. Permissions were
+//! checked before this is reached (auth/requests.rs).
+
+use bytes::Bytes;
+use felix_wire::groups::{GroupRequest, GroupResponse};
+use felix_wire::protocol::{ErrorBody, Response, codes};
+use felix_wire::{BatchBuilder, Compression};
+
+use super::answers::{Answer, Answering};
+use super::poll::Poll;
+use crate::broker::Broker;
+use crate::errors::err;
+
+/// Answers one group request: the response header and its body.
+pub async fn serve(broker: &Broker, request: GroupRequest) -> (Response, Bytes) {
+    match answer(broker, request).await {
+        Ok((r, body)) => (Response::Group(r), body),
+        Err(e) => (Response::Error(e), Bytes::new()),
+    }
+}
+
+async fn answer(
+    broker: &Broker,
+    request: GroupRequest,
+) -> Result<(GroupResponse, Bytes), ErrorBody> {
+    use GroupRequest as G;
+    let none = |r| Ok((r, Bytes::new()));
+    match request {
+        G::Create {
+            tenant,
+            namespace,
+            stream,
+            group,
+            config,
+        } => none(GroupResponse::Group {
+            group: broker
+                .create_group(&tenant, &namespace, &stream, &group, config)
+                .await?,
+        }),
+        G::Describe {
+            tenant,
+            namespace,
+            stream,
+            group,
+        } => none(GroupResponse::Group {
+            group: broker
+                .describe_group(&tenant, &namespace, &stream, &group)
+                .await?,
+        }),
+        G::List {
+            tenant,
+            namespace,
+            stream,
+        } => none(GroupResponse::Groups {
+            groups: broker.list_groups(&tenant, &namespace, &stream)?,
+        }),
+        G::Delete {
+            tenant,
+            namespace,
+            stream,
+            group,
+        } => {
+            broker
+                .delete_group(&tenant, &namespace, &stream, &group)
+                .await?;
+            none(GroupResponse::Answered {
+                shard: 0,
+                deadlines_ms: Vec::new(),
+            })
+        }
+        G::Poll {
+            tenant,
+            namespace,
+            stream,
+            group,
+            shard,
+            consumer,
+            max_records,
+            max_bytes,
+            wait_ms,
+        } => {
+            let claimed = broker
+                .group_poll(&Poll {
+                    tenant: &tenant,
+                    namespace: &namespace,
+                    stream: &stream,
+                    group: &group,
+                    shard,
+                    consumer: &consumer,
+                    max_records,
+                    max_bytes,
+                    wait_ms,
+                })
+                .await?;
+            let mut records = Vec::with_capacity(claimed.len());
+            let mut batch = BatchBuilder::new(Compression::None);
+            for (meta, record) in claimed {
+                records.push(meta);
+                batch.push(record);
+            }
+            let body = if records.is_empty() {
+                Bytes::new()
+            } else {
+                Bytes::from(
+                    batch
+                        .build()
+                        .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))?,
+                )
+            };
+            Ok((GroupResponse::Claimed { shard, records }, body))
+        }
+        G::Ack {
+            tenant,
+            namespace,
+            stream,
+            group,
+            shard,
+            consumer,
+            records,
+        } => {
+            let a = Answering {
+                tenant: &tenant,
+                namespace: &namespace,
+                stream: &stream,
+                group: &group,
+                shard,
+                consumer: &consumer,
+                records: &records,
+            };
+            broker.group_answer(&a, Answer::Ack).await?;
+            none(GroupResponse::Answered {
+                shard,
+                deadlines_ms: Vec::new(),
+            })
+        }
+        G::Nack {
+            tenant,
+            namespace,
+            stream,
+            group,
+            shard,
+            consumer,
+            records,
+            delay_ms,
+            reason,
+        } => {
+            let a = Answering {
+                tenant: &tenant,
+                namespace: &namespace,
+                stream: &stream,
+                group: &group,
+                shard,
+                consumer: &consumer,
+                records: &records,
+            };
+            broker
+                .group_answer(&a, Answer::Nack { delay_ms, reason })
+                .await?;
+            none(GroupResponse::Answered {
+                shard,
+                deadlines_ms: Vec::new(),
+            })
+        }
+        G::Extend {
+            tenant,
+            namespace,
+            stream,
+            group,
+            shard,
+            consumer,
+            records,
+            visibility_ms,
+        } => {
+            let a = Answering {
+                tenant: &tenant,
+                namespace: &namespace,
+                stream: &stream,
+                group: &group,
+                shard,
+                consumer: &consumer,
+                records: &records,
+            };
+            let deadlines_ms = broker
+                .group_answer(&a, Answer::Extend { visibility_ms })
+                .await?;
+            none(GroupResponse::Answered {
+                shard,
+                deadlines_ms,
+            })
+        }
+    }
+}
