@@ -611,3 +611,62 @@ async fn group_progress_and_attempt_counts_survive_kill_9() {
     everything.extend(attempts.into_keys());
     assert_eq!(everything, published, "nothing lost");
 }
+
+/// In a cluster: a group on a replicated stream is refused (its progress would not survive a
+/// failover yet: docs/groups.md), and on a stream of one replica per shard, spread over the
+/// brokers, one consumer following each shard's leader acknowledges every record once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn groups_in_a_cluster_follow_shard_leaders_and_refuse_replicated_streams() {
+    let cluster = super::cluster::Cluster::start(3).await;
+    let client = cluster.client(Duration::from_secs(10)).await;
+    super::cluster::create_stream(&client, "replicated", "quorum", Default::default()).await;
+    let refused = client
+        .create_group("t", "ns", "replicated", "g", GroupConfig::default())
+        .await
+        .expect_err("a group on a replicated stream");
+    assert_eq!(
+        broker_code(&refused),
+        (codes::INVALID_ARGUMENT, "groups_not_replicated".into())
+    );
+    client
+        .create_stream(
+            "t",
+            "ns",
+            "spread",
+            felix_client::StreamConfig {
+                durable: Some(true),
+                shards: Some(6),
+                replicas: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("stream");
+    let mut published = BTreeSet::new();
+    let messages: Vec<Message> = (0..300)
+        .map(|i| {
+            let p = Bytes::from(format!("s-{i}"));
+            published.insert(p.clone());
+            Message::new(p.clone()).with_key(p)
+        })
+        .collect();
+    client
+        .publish_batch("t", "ns", "spread", messages, AckMode::Batch)
+        .await
+        .expect("publish");
+    client
+        .create_group("t", "ns", "spread", "g", GroupConfig::default())
+        .await
+        .expect("group");
+    let mut c = client.group("t", "ns", "spread", "g");
+    let got = poll_n(&mut c, 300).await;
+    c.ack_all(&got).await.expect("ack");
+    let payloads: BTreeSet<Bytes> = got.iter().map(|r| r.payload.clone()).collect();
+    assert_eq!((payloads.len(), payloads), (300, published));
+    let info = client
+        .describe_group("t", "ns", "spread", "g")
+        .await
+        .expect("describe");
+    assert_eq!(info.shards.len(), 6, "each shard described by its leader");
+    assert_eq!(info.shards.iter().map(|s| s.acked).sum::<u64>(), 300);
+}
