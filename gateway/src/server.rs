@@ -488,8 +488,13 @@ async fn handle_stream(
             Err(e) => Response::Error(e),
         },
         Request::Group(request) => {
-            // A poll's answer carries its records as a body.
-            let (response, body) = crate::groups::requests::serve(&broker, request).await;
+            // A client that goes away ends its parked poll (which then claims nothing);
+            // a poll's answer carries its records as a body.
+            let stopped = send.stopped();
+            let (response, body) = tokio::select! {
+                answer = crate::groups::requests::serve(&broker, request) => answer,
+                _ = stopped => return,
+            };
             let frame = Frame::new(FrameKind::Response, &response, body);
             let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
             let _ = send.write_all_chunks(&mut chunks).await;

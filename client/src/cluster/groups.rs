@@ -8,7 +8,7 @@
 //! requests the broker certainly did not act on are re-sent, and acks (which the broker
 //! answers ok again for a record already retired) also after an unknown outcome.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -133,8 +133,16 @@ pub struct GroupConsumer {
     ready: VecDeque<GroupRecord>,
     tx: mpsc::UnboundedSender<ShardPoll>,
     rx: mpsc::UnboundedReceiver<ShardPoll>,
-    /// Shards with a poll outstanding.
-    polling: HashSet<u32>,
+    /// Shards with a poll outstanding, and what each may bring.
+    polling: HashMap<u32, Outstanding>,
+    /// Where the next round of polls starts (fairness when the budget is short).
+    next_shard: u32,
+}
+
+/// A shard's poll in flight.
+struct Outstanding {
+    max: u32,
+    wait: Duration,
 }
 
 static CONSUMERS: AtomicU64 = AtomicU64::new(0);
@@ -176,7 +184,8 @@ impl Client {
             ready: VecDeque::new(),
             tx,
             rx,
-            polling: HashSet::new(),
+            polling: HashMap::new(),
+            next_shard: 0,
         }
     }
 
@@ -451,6 +460,11 @@ impl GroupConsumer {
     /// Claims up to `max` records from the stream's shards, waiting up to `wait` for the
     /// first to arrive (zero: answer with what is there now). Records claimed by a shard
     /// that answers after this returns come with the next call.
+    ///
+    /// First every shard is asked without waiting, for no more records in total than asked
+    /// for (less what earlier polls still outstanding may bring); only if none has any does
+    /// the consumer park a poll on each shard, and only then can more than `max` be claimed
+    /// (records arriving on several shards at once): the rest come with the next call.
     pub async fn poll(
         &mut self,
         max: usize,
@@ -461,33 +475,18 @@ impl GroupConsumer {
                 "poll at least one record".into(),
             ));
         }
+        let mut error = None;
+        self.harvest(&mut error);
         if self.ready.len() < max {
             let (t, n, s) = &self.target.key;
             let shards = self.target.client.shard_count(t, n, s).await?;
-            let per_shard = (max as u32).div_ceil(shards.max(1)).clamp(1, MAX_PER_SHARD);
-            for shard in 0..shards {
-                if self.polling.insert(shard) {
-                    let (target, tx) = (self.target.clone(), self.tx.clone());
-                    tokio::spawn(async move {
-                        let result = target.poll_shard(shard, per_shard, wait).await;
-                        let _ = tx.send((shard, result));
-                    });
-                }
-            }
-        }
-        let mut error = None;
-        let until =
-            tokio::time::Instant::now() + wait + self.target.client.inner.config.request_timeout;
-        loop {
-            while let Ok(polled) = self.rx.try_recv() {
-                self.take(polled, &mut error);
-            }
-            if !self.ready.is_empty() || self.polling.is_empty() {
-                break;
-            }
-            match tokio::time::timeout_at(until, self.rx.recv()).await {
-                Ok(Some(polled)) => self.take(polled, &mut error),
-                _ => break,
+            self.spread(shards, max, Duration::ZERO);
+            let until =
+                tokio::time::Instant::now() + self.target.client.inner.config.request_timeout;
+            self.gather(until, false, &mut error).await;
+            if self.ready.is_empty() && !wait.is_zero() {
+                self.spread(shards, max, wait);
+                self.gather(until + wait, true, &mut error).await;
             }
         }
         if self.ready.is_empty()
@@ -497,6 +496,64 @@ impl GroupConsumer {
         }
         let n = max.min(self.ready.len());
         Ok(self.ready.drain(..n).collect())
+    }
+
+    /// Starts polls on the shards with none outstanding, sharing what `max` leaves after the
+    /// records ready and those outstanding polls may bring (at least one each when parking).
+    fn spread(&mut self, shards: u32, max: usize, wait: Duration) {
+        let outstanding: usize = self.polling.values().map(|p| p.max as usize).sum();
+        let budget = max.saturating_sub(self.ready.len() + outstanding);
+        let idle: Vec<u32> = (0..shards)
+            .map(|i| (self.next_shard + i) % shards.max(1))
+            .filter(|s| !self.polling.contains_key(s))
+            .collect();
+        if idle.is_empty() || (budget == 0 && wait.is_zero()) {
+            return;
+        }
+        self.next_shard = self.next_shard.wrapping_add(1);
+        let each = budget.div_ceil(idle.len()).max(1);
+        let mut left = budget;
+        for shard in idle {
+            let take = if wait.is_zero() { each.min(left) } else { each };
+            if take == 0 {
+                break;
+            }
+            left = left.saturating_sub(take);
+            let take = (take as u32).min(MAX_PER_SHARD);
+            self.polling.insert(shard, Outstanding { max: take, wait });
+            let (target, tx) = (self.target.clone(), self.tx.clone());
+            tokio::spawn(async move {
+                let result = target.poll_shard(shard, take, wait).await;
+                let _ = tx.send((shard, result));
+            });
+        }
+    }
+
+    /// Waits for answers until a record is ready, or (`parked`: every poll, else the
+    /// non-waiting ones) have answered, or `until`.
+    async fn gather(
+        &mut self,
+        until: tokio::time::Instant,
+        parked: bool,
+        error: &mut Option<ClientError>,
+    ) {
+        loop {
+            self.harvest(error);
+            let waiting_on = self.polling.values().any(|p| parked || p.wait.is_zero());
+            if !self.ready.is_empty() || !waiting_on {
+                return;
+            }
+            match tokio::time::timeout_at(until, self.rx.recv()).await {
+                Ok(Some(polled)) => self.take(polled, error),
+                _ => return,
+            }
+        }
+    }
+
+    fn harvest(&mut self, error: &mut Option<ClientError>) {
+        while let Ok(polled) = self.rx.try_recv() {
+            self.take(polled, error);
+        }
     }
 
     fn take(&mut self, (shard, result): ShardPoll, error: &mut Option<ClientError>) {

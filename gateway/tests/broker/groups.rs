@@ -124,6 +124,7 @@ async fn consumer_groups_on_one_broker() {
     an_exhausted_record_is_dead_lettered_once_with_its_headers(&conn, &client).await;
     answers_to_claims_not_held_get_stable_errors(&conn, &client).await;
     group_metrics_count_deliveries_acks_redeliveries_and_dead_letters(&broker).await;
+    felixctl_group_consume_prints_each_record_then_acks_it(&broker, &conn, &client).await;
 }
 
 async fn group_settings_live_in_the_control_plane_and_bad_ones_are_refused(
@@ -669,4 +670,114 @@ async fn groups_in_a_cluster_follow_shard_leaders_and_refuse_replicated_streams(
         .expect("describe");
     assert_eq!(info.shards.len(), 6, "each shard described by its leader");
     assert_eq!(info.shards.iter().map(|s| s.acked).sum::<u64>(), 300);
+}
+
+async fn felixctl_group_consume_prints_each_record_then_acks_it(
+    broker: &Broker,
+    conn: &Connection,
+    client: &Client,
+) {
+    use super::felixctl::run;
+    stream(conn, "ctl", 2).await;
+    publish(client, "ctl", "c", 6).await;
+    run(
+        broker,
+        &[
+            "group",
+            "create",
+            "groups/ns/ctl",
+            "g",
+            "--visibility-timeout",
+            "30s",
+            "--max-attempts",
+            "3",
+            "--from",
+            "earliest",
+        ],
+        b"",
+    )
+    .await;
+    let listed = run(broker, &["group", "list", "groups/ns/ctl"], b"").await;
+    assert!(listed.stdout.starts_with("g\t"), "{}", listed.stdout);
+    // --nack: printed, then released at once: the next consume sees them as attempt 2.
+    let nacked = run(
+        broker,
+        &[
+            "group",
+            "consume",
+            "groups/ns/ctl",
+            "g",
+            "--count",
+            "2",
+            "--nack",
+            "--output",
+            "jsonl",
+        ],
+        b"",
+    )
+    .await;
+    let lines = |out: &super::felixctl::Output| -> Vec<serde_json::Value> {
+        out.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect()
+    };
+    let first = lines(&nacked);
+    assert_eq!(first.len(), 2, "{}", nacked.stdout);
+    let consumed = run(
+        broker,
+        &[
+            "group",
+            "consume",
+            "groups/ns/ctl",
+            "g",
+            "--count",
+            "10",
+            "--wait",
+            "2s",
+            "--output",
+            "jsonl",
+        ],
+        b"",
+    )
+    .await;
+    let all = lines(&consumed);
+    assert_eq!(all.len(), 6, "every record once: {}", consumed.stdout);
+    for line in &all {
+        for field in [
+            "shard",
+            "offset",
+            "attempt",
+            "timestamp",
+            "key",
+            "payload",
+            "headers",
+        ] {
+            assert!(line.get(field).is_some(), "{field} missing in {line}");
+        }
+        let was_nacked = first
+            .iter()
+            .any(|f| f["shard"] == line["shard"] && f["offset"] == line["offset"]);
+        assert_eq!(line["attempt"], if was_nacked { 2 } else { 1 }, "{line}");
+    }
+    // Acknowledged before felixctl exited: nothing is left to hand out.
+    let info = client
+        .describe_group(T, NS, "ctl", "g")
+        .await
+        .expect("describe");
+    assert_eq!(info.shards.iter().map(|s| s.acked).sum::<u64>(), 6);
+    let described = run(broker, &["group", "describe", "groups/ns/ctl", "g"], b"").await;
+    assert!(
+        described.stdout.contains("acked_up_to"),
+        "{}",
+        described.stdout
+    );
+    run(broker, &["group", "delete", "groups/ns/ctl", "g"], b"").await;
+    assert!(
+        client
+            .list_groups(T, NS, "ctl")
+            .await
+            .expect("list")
+            .is_empty()
+    );
 }
