@@ -15,6 +15,7 @@
 //! leader, `stream_subscription` a whole stream's shards read as one. The admin requests
 //! are declared in `crate::admin`, once for this client and for a [`Connection`].
 
+mod fencing;
 mod groups;
 mod pool;
 mod publish;

@@ -317,9 +317,17 @@ impl Connection {
     pub(crate) async fn call_with_body(
         &self,
         request: &Request,
+        body: Bytes,
         timeout: Duration,
     ) -> Result<(Response, Bytes), request::Failed> {
-        request::call_with_body(&self.inner.conn, request, self.inner.max_frame, timeout).await
+        request::call_with_body(
+            &self.inner.conn,
+            request,
+            body,
+            self.inner.max_frame,
+            timeout,
+        )
+        .await
     }
 
     /// The request timeout this connection was made with.

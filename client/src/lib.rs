@@ -247,6 +247,7 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         Request::BindRole { .. } => "BindRole",
         Request::RotateKey {} => "RotateKey",
         Request::Group(_) => "Group",
+        Request::PublishIf { .. } => "PublishIf",
     }
 }
 

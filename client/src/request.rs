@@ -183,16 +183,17 @@ pub(crate) async fn call_tracked(
     }
 }
 
-/// [`call_tracked`] for a request whose answer has a body (a group poll's records):
-/// returns the response and the body.
+/// [`call_tracked`] with a request body, for a request whose answer has a body (a group
+/// poll's records): returns the response and the body.
 pub(crate) async fn call_with_body(
     conn: &quinn::Connection,
     request: &Request,
+    body: Bytes,
     max_frame: usize,
     timeout: Duration,
 ) -> Result<(Response, Bytes), Failed> {
-    let frame = encode_request(request, Bytes::new(), max_frame)
-        .map_err(|error| Failed { error, sent: false })?;
+    let frame =
+        encode_request(request, body, max_frame).map_err(|error| Failed { error, sent: false })?;
     let mut sent = false;
     let result = tokio::time::timeout(timeout, async {
         let mut open = open(conn, &frame).await?;

@@ -9,6 +9,7 @@
 //! * [`routing`] — which broker serves a shard; `not_leader`; routing tables.
 //! * [`admission`] — tenants' publish slots, when a publish is acknowledged, `overloaded`.
 //! * [`publish`] — the publish pipeline on the shard's leader.
+//! * [`fencing`] — `publish_if`: a publish written only at the expected offset.
 //! * [`forward`] — a publish sent on to the shard's leader.
 //! * [`groups`] — consumer groups: claims, acknowledgements, redelivery, dead letters.
 //! * [`fanout`] — live delivery, per-subscriber queues, drops and `subscription_lagged`.
@@ -52,6 +53,7 @@ pub mod enqueue_ack;
 pub mod ephemeral;
 pub mod errors;
 pub mod fanout;
+pub mod fencing;
 pub mod forward;
 pub mod groups;
 pub mod inert_settings;

@@ -487,6 +487,30 @@ async fn handle_stream(
             Ok((shards, brokers)) => Response::Topology { shards, brokers },
             Err(e) => Response::Error(e),
         },
+        Request::PublishIf {
+            tenant,
+            namespace,
+            stream,
+            shard,
+            expected_offset,
+        } => match broker
+            .publish_if(
+                &tenant,
+                &namespace,
+                &stream,
+                shard,
+                expected_offset,
+                frame.body,
+            )
+            .await
+        {
+            Ok((base_offset, last_offset)) => Response::Published {
+                shard,
+                base_offset,
+                last_offset,
+            },
+            Err(e) => Response::Error(e),
+        },
         Request::Group(request) => {
             // A client that goes away ends its parked poll (which then claims nothing);
             // a poll's answer carries its records as a body.

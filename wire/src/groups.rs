@@ -175,6 +175,19 @@ pub enum GroupRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         visibility_ms: Option<u64>,
     },
+    /// Single-writer fencing: moves the group's position on the shard from
+    /// `expected_offset` to `offset` (everything below it retired), only if the position is
+    /// still `expected_offset`; else `expected_offset_mismatch` with the actual position.
+    Commit {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        group: String,
+        shard: u32,
+        consumer: String,
+        expected_offset: u64,
+        offset: u64,
+    },
 }
 
 impl GroupRequest {
@@ -227,6 +240,12 @@ impl GroupRequest {
                 namespace,
                 stream,
                 ..
+            }
+            | GroupRequest::Commit {
+                tenant,
+                namespace,
+                stream,
+                ..
             } => (tenant, namespace, stream),
         }
     }
@@ -247,6 +266,11 @@ pub enum GroupResponse {
         shard: u32,
         records: Vec<ClaimedMeta>,
     },
+    /// A commit's new position on the shard.
+    Committed {
+        shard: u32,
+        offset: u64,
+    },
     /// Every answered record, with its new deadline for an extend.
     Answered {
         shard: u32,
@@ -260,6 +284,7 @@ pub mod reasons {
     pub const UNKNOWN_GROUP: &str = "unknown_group";
     pub const CLAIM_EXPIRED: &str = "claim_expired";
     pub const NOT_CLAIMED: &str = "not_claimed_by_you";
+    pub const EXPECTED_OFFSET_MISMATCH: &str = "expected_offset_mismatch";
 }
 
 /// The header keys of a dead-lettered record (its own headers follow them).

@@ -434,6 +434,16 @@ pub enum Request {
         namespace: String,
         stream: String,
     },
+    /// Single-writer fencing: the body's one batch is written only if the shard's next
+    /// offset is `expected_offset`, else refused with `expected_offset_mismatch` carrying
+    /// the actual one in `next_offset`. Answered `Published` after the write.
+    PublishIf {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        shard: u32,
+        expected_offset: u64,
+    },
     /// A consumer-group request ([`crate::groups`]).
     Group(crate::groups::GroupRequest),
 }
@@ -554,6 +564,10 @@ pub struct ErrorBody {
     /// For `offset_too_old`: the earliest offset the shard still holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub earliest_offset: Option<u64>,
+    /// For `expected_offset_mismatch`: the actual offset (a shard's next offset, or a
+    /// group's position on the shard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
     /// For `not_leader`: the broker that leads the shard and its QUIC address, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<u64>,
@@ -614,6 +628,9 @@ pub mod codes {
     /// (`claim_expired`), or the record is not claimed by this consumer at this attempt
     /// (`not_claimed_by_you`). Nothing of the request was applied.
     pub const CLAIM_NOT_HELD: u16 = 27;
+    /// `publish_if` or a group `commit` found another offset than expected (reason
+    /// `expected_offset_mismatch`); `next_offset` carries the actual one. Nothing written.
+    pub const EXPECTED_OFFSET_MISMATCH: u16 = 28;
 }
 
 impl ErrorBody {
@@ -626,6 +643,7 @@ impl ErrorBody {
             retry_after_ms: None,
             resume_offset: None,
             earliest_offset: None,
+            next_offset: None,
             leader: None,
             leader_addr: None,
             detail: Some(ErrorDetail {

@@ -294,13 +294,27 @@ impl Client {
         extra: Duration,
         idempotent: bool,
     ) -> Result<(Response, Bytes), ClientError> {
+        self.on_shard_leader_with(key, shard, request, Bytes::new(), extra, idempotent)
+            .await
+    }
+
+    /// [`Client::on_shard_leader`] for a request with a body (a conditional publish).
+    pub(super) async fn on_shard_leader_with(
+        &self,
+        key: &StreamKey,
+        shard: u32,
+        request: &Request,
+        body: Bytes,
+        extra: Duration,
+        idempotent: bool,
+    ) -> Result<(Response, Bytes), ClientError> {
         let deadline = Deadline::after(self.inner.config.request_timeout + extra);
         let mut backoff = Backoff::new();
         loop {
             let failure = match self.leader_client(key, shard, &deadline).await {
                 Ok((client, version)) => {
                     let timeout = client.request_timeout() + extra;
-                    match client.call_with_body(request, timeout).await {
+                    match client.call_with_body(request, body.clone(), timeout).await {
                         Ok(answer) => return Ok(answer),
                         Err(f) => TryFailure {
                             error: f.error,
@@ -577,6 +591,38 @@ impl GroupConsumer {
             .answer(shard, claims, Answer::Ack)
             .await
             .map(|_| ())
+    }
+
+    /// Single-writer fencing: moves the group's position on `shard` from `expected_offset`
+    /// to `offset` (everything below it retired, claimed or not), only if it is still
+    /// `expected_offset`; otherwise `expected_offset_mismatch` with the actual position
+    /// ([`ClientError::next_offset`]). Returns the new position.
+    pub async fn commit(
+        &self,
+        shard: u32,
+        expected_offset: u64,
+        offset: u64,
+    ) -> Result<u64, ClientError> {
+        let t = &self.target;
+        let (tenant, namespace, stream, group) = t.names();
+        let request = Request::Group(GroupRequest::Commit {
+            tenant,
+            namespace,
+            stream,
+            group,
+            shard,
+            consumer: t.consumer.clone(),
+            expected_offset,
+            offset,
+        });
+        let (response, _) = t
+            .client
+            .on_shard_leader(&t.key, shard, &request, Duration::ZERO, false)
+            .await?;
+        match response {
+            Response::Group(GroupResponse::Committed { offset, .. }) => Ok(offset),
+            other => Err(unexpected(&other)),
+        }
     }
 
     /// Acknowledges many records in one request per shard.

@@ -113,6 +113,12 @@ pub fn check_for(request: &Request) -> Check {
             namespace,
             stream: name,
         } => Check::View(Action::StreamSubscribe, stream(tenant, namespace, name)),
+        R::PublishIf {
+            tenant,
+            namespace,
+            stream: name,
+            ..
+        } => Check::Action(Action::StreamPublish, stream(tenant, namespace, name)),
         R::ProducerInit {} => Check::Authenticated,
         R::Group(g) => group_check(g),
     }
@@ -133,7 +139,8 @@ fn group_check(g: &GroupRequest) -> Check {
         GroupRequest::Poll { .. }
         | GroupRequest::Ack { .. }
         | GroupRequest::Nack { .. }
-        | GroupRequest::Extend { .. } => Check::Action(Action::GroupConsume, on),
+        | GroupRequest::Extend { .. }
+        | GroupRequest::Commit { .. } => Check::Action(Action::GroupConsume, on),
     }
 }
 

@@ -267,6 +267,16 @@ impl Cursor {
         }
     }
 
+    /// Everything below this offset is retired: the group's position on the shard.
+    pub(crate) fn position(&self) -> u64 {
+        let p = &self.progress;
+        p.pending
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(p.next.unwrap_or(0))
+    }
+
     /// The progress as `describe` shows it; `end` is the shard's readable end.
     pub(crate) fn info(&self, shard: u32, end: u64, now_ms: i64) -> GroupShardInfo {
         let p = &self.progress;
@@ -281,7 +291,7 @@ impl Cursor {
         consumers.sort();
         GroupShardInfo {
             shard,
-            acked_up_to: p.pending.keys().next().copied().unwrap_or(next),
+            acked_up_to: self.position(),
             next_offset: next,
             in_flight,
             waiting: p.pending.len() as u64 - in_flight,

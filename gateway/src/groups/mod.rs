@@ -5,6 +5,7 @@
 //! * [`journal`] — where that progress is durable: a log beside each shard's log.
 //! * `poll.rs` — handing records out (claims), long-polls, the quorum mark as the bound.
 //! * `answers.rs` — ack, nack and extend.
+//! * `commit.rs` — a position committed with `expected_offset` (single-writer fencing).
 //! * `dead_letter.rs` — publishing exhausted records to the dead-letter stream, once.
 //! * `admin.rs` — create, describe, list, delete (existence and settings are the control
 //!   plane's).
@@ -18,6 +19,7 @@
 //! written before the record is handed out.
 
 pub(crate) mod answers;
+pub(crate) mod commit;
 pub(crate) mod cursor;
 pub(crate) mod dead_letter;
 pub(crate) mod journal;

@@ -124,7 +124,7 @@ impl Broker {
         c.saw(p.consumer, now);
         let mut tickets = Vec::new();
         if c.progress.next.is_none() {
-            let to = self.start_offset(group, p.shard).await?;
+            let to = self.group_start_offset(group, p.shard).await?;
             tickets.push(
                 gs.record(&group.name, &mut c, vec![Event::Skip { to }])
                     .await?,
@@ -324,7 +324,11 @@ impl Broker {
     }
 
     /// Where a group new on this shard starts.
-    async fn start_offset(&self, group: &Group, shard: u32) -> Result<u64, ErrorBody> {
+    pub(crate) async fn group_start_offset(
+        &self,
+        group: &Group,
+        shard: u32,
+    ) -> Result<u64, ErrorBody> {
         let (t, n, s) = (&group.tenant, &group.namespace, &group.stream);
         let b = self.shard_bounds(t, n, s, shard)?;
         let at_time = |ms| self.offset_for_time(t, n, s, shard, ms);

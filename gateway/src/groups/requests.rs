@@ -162,6 +162,30 @@ async fn answer(
                 deadlines_ms: Vec::new(),
             })
         }
+        G::Commit {
+            tenant,
+            namespace,
+            stream,
+            group,
+            shard,
+            consumer,
+            expected_offset,
+            offset,
+        } => {
+            let offset = broker
+                .group_commit(&super::commit::Commit {
+                    tenant: &tenant,
+                    namespace: &namespace,
+                    stream: &stream,
+                    group: &group,
+                    shard,
+                    consumer: &consumer,
+                    expected_offset,
+                    offset,
+                })
+                .await?;
+            none(GroupResponse::Committed { shard, offset })
+        }
         G::Extend {
             tenant,
             namespace,

@@ -125,6 +125,8 @@ async fn consumer_groups_on_one_broker() {
     answers_to_claims_not_held_get_stable_errors(&conn, &client).await;
     group_metrics_count_deliveries_acks_redeliveries_and_dead_letters(&broker).await;
     felixctl_group_consume_prints_each_record_then_acks_it(&broker, &conn, &client).await;
+    super::fencing::publish_if_and_commit_races_have_exactly_one_winner(&conn, &client).await;
+    super::fencing::a_projection_writer_that_crashes_between_output_and_commit_neither_duplicates_nor_loses(&conn, &client).await;
 }
 
 async fn group_settings_live_in_the_control_plane_and_bad_ones_are_refused(
