@@ -15,6 +15,9 @@
 //! * `catchup` — a running broker with tiered storage: replay speed from offset 0 with the
 //!   stream hot, cold behind an empty cache and cold behind a warm cache; publish latency
 //!   beside a cold reader; upload lag (one phase per run, for `bench/catchup.sh`).
+//! * `groups` — a running broker: consume-and-acknowledge through a consumer group with 1,
+//!   4 and 16 consumers against a plain subscription of the same 4-shard stream, and with
+//!   every tenth record nacked to a dead-letter stream (for `bench/groups.sh`).
 //! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
 //!   `bench/pubsub-vs-nats.sh`.
 
@@ -27,6 +30,7 @@ mod catchup_scenario;
 mod cluster;
 mod common;
 mod failover_scenario;
+mod groups_scenario;
 mod load;
 mod log_scenario;
 mod meta_scenario;
@@ -64,6 +68,9 @@ enum Scenario {
     /// SIGKILL a Quorum shard's leader in a running cluster while publishing steadily: time
     /// from the kill to the first acknowledgement after it.
     Failover(failover_scenario::FailoverArgs),
+    /// Consume and acknowledge through a consumer group with 1, 4 and 16 consumers, against
+    /// a plain subscription of the same stream; and with every tenth record dead-lettered.
+    Groups(groups_scenario::GroupsArgs),
     /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
     #[cfg(feature = "nats")]
     NatsPubsub(nats_scenario::NatsArgs),
@@ -77,6 +84,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Pubsub(args) => pubsub_scenario::run(args),
         Scenario::Catchup(args) => catchup_scenario::run(args),
         Scenario::Failover(args) => failover_scenario::run(args),
+        Scenario::Groups(args) => groups_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
     }

@@ -2,9 +2,11 @@
 //! `Request::Group` carries one [`GroupRequest`], answered by a `Response::Group` carrying
 //! one [`GroupResponse`] (or `Response::Error`).
 //!
-//! A poll is made to one shard's leader; its answer's body is one record batch holding the
-//! claimed records in the order of [`GroupResponse::Claimed`]'s `records`, which say each
-//! record's offset, attempt and claim deadline. An answer (ack, nack, extend) names each
+//! A poll is made to one shard's leader; its answer's body is record batches holding the
+//! claimed records at their offsets (stored batches as the log holds them, or one re-encoded
+//! with only the claimed run when a poll takes part of a batch; a batch may hold records not
+//! claimed), and [`GroupResponse::Claimed`]'s `records` say which offsets are claimed, with
+//! each one's attempt and claim deadline. An answer (ack, nack, extend) names each
 //! record by shard, offset and the attempt it was handed out with, and the consumer that
 //! claimed it, so a late answer to an attempt that lapsed is refused rather than taken for
 //! the current one.
@@ -261,7 +263,7 @@ pub enum GroupResponse {
     Groups {
         groups: Vec<GroupInfo>,
     },
-    /// The body is one record batch with these records, in this order (none: no body).
+    /// The body holds these records' batches (none: no body); keep only these offsets.
     Claimed {
         shard: u32,
         records: Vec<ClaimedMeta>,

@@ -19,7 +19,7 @@ use felix_wire::groups::{
 };
 use felix_wire::protocol::{Request, Response};
 use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
-use felix_wire::{DecodedBatch, Header};
+use felix_wire::{BatchIter, DecodedBatch, Header, Record};
 use tokio::sync::mpsc;
 
 use super::retry::{Backoff, Deadline, may_retry};
@@ -381,34 +381,51 @@ impl Target {
         if records.is_empty() {
             return Ok(Vec::new());
         }
-        let decoded = DecodedBatch::decode(&body, DEFAULT_MAX_DECOMPRESSED)
-            .map_err(|e| ClientError::Protocol(format!("poll answer: {e}")))?;
-        if decoded.records.len() != records.len() {
-            return Err(ClientError::Protocol(format!(
-                "poll answer names {} records and carries {}",
-                records.len(),
-                decoded.records.len()
-            )));
+        // The stored batches holding the claimed records, which may hold others too.
+        let wanted: HashMap<u64, usize> = records
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (m.offset, i))
+            .collect();
+        let mut found: Vec<Option<Record>> = vec![None; records.len()];
+        for item in BatchIter::new(&body, usize::MAX) {
+            let (_, batch) =
+                item.map_err(|(_, e)| ClientError::Protocol(format!("poll answer: {e}")))?;
+            let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
+                .map_err(|e| ClientError::Protocol(format!("poll answer: {e}")))?;
+            for r in decoded.records {
+                if let Some(&i) = wanted.get(&(r.offset as u64)) {
+                    found[i] = Some(r);
+                }
+            }
         }
-        Ok(records
+        records
             .into_iter()
-            .zip(decoded.records)
-            .map(|(meta, r)| GroupRecord {
-                shard,
-                offset: meta.offset,
-                attempt: meta.attempt,
-                deadline_ms: meta.deadline_ms,
-                timestamp: r.timestamp,
-                key: r.key,
-                payload: r.value.unwrap_or_default(),
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|h: Header| (h.key, h.value.unwrap_or_default()))
-                    .collect(),
-                target: self.clone(),
+            .zip(found)
+            .map(|(meta, r)| {
+                let r = r.ok_or_else(|| {
+                    ClientError::Protocol(format!(
+                        "poll answer names offset {} but does not carry it",
+                        meta.offset
+                    ))
+                })?;
+                Ok(GroupRecord {
+                    shard,
+                    offset: meta.offset,
+                    attempt: meta.attempt,
+                    deadline_ms: meta.deadline_ms,
+                    timestamp: r.timestamp,
+                    key: r.key,
+                    payload: r.value.unwrap_or_default(),
+                    headers: r
+                        .headers
+                        .into_iter()
+                        .map(|h: Header| (h.key, h.value.unwrap_or_default()))
+                        .collect(),
+                    target: self.clone(),
+                })
             })
-            .collect())
+            .collect()
     }
 
     async fn answer(
@@ -625,15 +642,25 @@ impl GroupConsumer {
         }
     }
 
-    /// Acknowledges many records in one request per shard.
+    /// Acknowledges many records in one request per shard, the shards concurrently; fails
+    /// with the first refusal (the other shards' acknowledgements stand).
     pub async fn ack_all(&self, records: &[GroupRecord]) -> Result<(), ClientError> {
         let mut by_shard: BTreeMap<u32, Vec<ClaimRef>> = BTreeMap::new();
         for r in records {
             by_shard.entry(r.shard).or_default().push(r.claim());
         }
+        let mut acks = tokio::task::JoinSet::new();
         for (shard, claims) in by_shard {
-            self.target.answer(shard, claims, Answer::Ack).await?;
+            let target = self.target.clone();
+            acks.spawn(async move { target.answer(shard, claims, Answer::Ack).await });
         }
-        Ok(())
+        let mut first_error = None;
+        while let Some(done) = acks.join_next().await {
+            let result = done.map_err(|e| ClientError::Transport(format!("ack task: {e}")));
+            if let Err(e) = result.and_then(|r| r) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 }

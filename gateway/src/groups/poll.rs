@@ -17,7 +17,7 @@ use felix_meta::model::{Group, GroupStart};
 use felix_wire::groups::ClaimedMeta;
 use felix_wire::protocol::{ErrorBody, codes};
 use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
-use felix_wire::{BatchIter, DecodedBatch, Record};
+use felix_wire::{BatchBuilder, BatchHeader, BatchIter, Compression, DecodedBatch, Record};
 use tokio::time::Instant;
 
 use super::cursor::{Cursor, Event};
@@ -31,6 +31,11 @@ pub const MAX_POLL_RECORDS: u32 = 500;
 pub const MAX_POLL_WAIT_MS: u64 = 5 * 60 * 1000;
 /// Bytes a poll reads when it does not say.
 const DEFAULT_POLL_BYTES: u64 = 1 << 20;
+/// Bytes read from the shard at a time for new records: a poll of a few records does not
+/// read (and copy) megabytes of the log it will not hand out.
+const FETCH_CHUNK: usize = 256 << 10;
+/// Reads of [`FETCH_CHUNK`] one poll makes at most.
+const FETCH_ROUNDS: usize = 16;
 /// Longest consumer name.
 pub const MAX_CONSUMER_LEN: usize = 128;
 
@@ -47,8 +52,13 @@ pub(crate) struct Poll<'a> {
     pub wait_ms: u64,
 }
 
-/// What a poll handed out.
-pub(crate) type Claimed = Vec<(ClaimedMeta, Record)>;
+/// What a poll handed out: each record's claim, and the stored batches holding them (which
+/// may hold other records too: the client keeps only those named).
+#[derive(Default)]
+pub(crate) struct Claimed {
+    pub records: Vec<ClaimedMeta>,
+    pub body: Bytes,
+}
 
 pub(crate) fn check_consumer(consumer: &str) -> Result<(), ErrorBody> {
     if consumer.is_empty() || consumer.len() > MAX_CONSUMER_LEN {
@@ -91,7 +101,7 @@ impl Broker {
             end.borrow_and_update();
             let (claimed, next_due) = self.claim_once(&gs, &group, p).await?;
             let now = Instant::now();
-            if !claimed.is_empty() || now >= until {
+            if !claimed.records.is_empty() || now >= until {
                 return Ok(claimed);
             }
             let wake = match next_due {
@@ -140,8 +150,7 @@ impl Broker {
             p.max_bytes
         } as usize;
         let max_attempts = group.settings.max_attempts;
-        let mut out: Vec<(u64, u32, Record)> = Vec::new();
-        let mut bytes = 0usize;
+        let mut out = Handout::default();
         let mut events = Vec::new();
         let due: Vec<(u64, u32)> = c
             .progress
@@ -151,51 +160,44 @@ impl Broker {
             .map(|(o, e)| (*o, e.attempts))
             .take(max_records)
             .collect();
-        let redelivered = due.len();
         if !due.is_empty() {
             let offsets: BTreeSet<u64> = due.iter().map(|(o, _)| *o).collect();
-            let mut found = self.read_records_at(gs, &offsets).await?;
+            let found = self.read_batches_at(gs, &offsets).await?;
             for (offset, attempts) in due {
-                match found.remove(&offset) {
-                    Some(r) if bytes < max_bytes => {
-                        bytes += record_bytes(&r);
-                        out.push((offset, attempts + 1, r));
+                match found.get(&offset) {
+                    Some((base, batch)) => {
+                        if out.bytes >= max_bytes && !out.claims.is_empty() {
+                            break;
+                        }
+                        out.add_batch(*base, batch);
+                        out.claims.push((offset, attempts + 1));
                     }
-                    Some(_) => break,
                     // Removed by retention meanwhile: nothing left to hand out.
                     None => events.push(Event::Retire { offset }),
                 }
             }
         }
+        let redelivered = out.claims.len() as u64;
         let old_next = c.progress.next.unwrap_or(0);
         let mut next = old_next;
-        if out.len() < max_records && bytes < max_bytes {
+        if out.claims.len() < max_records && out.bytes < max_bytes {
             next = self
-                .read_new(
-                    gs,
-                    next,
-                    max_records,
-                    max_bytes,
-                    &mut out,
-                    &mut bytes,
-                    &mut events,
-                )
+                .read_new(gs, next, max_records, max_bytes, &mut out, &mut events)
                 .await?;
         }
-        let redelivered = redelivered.min(out.len()) as u64;
         let deadline_ms = now + group.settings.visibility_timeout_ms as i64;
-        if !out.is_empty() || next != old_next {
+        if !out.claims.is_empty() || next != old_next {
             events.push(Event::Claim {
                 consumer: p.consumer.to_owned(),
                 deadline_ms,
-                records: out.iter().map(|(o, a, _)| (*o, *a)).collect(),
+                records: out.claims.clone(),
                 next,
             });
         }
         if !events.is_empty() {
             tickets.push(gs.record(&group.name, &mut c, events).await?);
         }
-        let next_due = next_due(&c, max_attempts);
+        let next_due = next_due(&c);
         drop(c);
         for t in tickets {
             GroupShard::written(t).await?;
@@ -203,36 +205,61 @@ impl Broker {
         self.node.metrics.group_handed_out(
             &gs.key,
             &group.name,
-            out.len() as u64 - redelivered,
+            out.claims.len() as u64 - redelivered,
             redelivered,
         );
-        let claimed = out
-            .into_iter()
-            .map(|(offset, attempt, r)| {
-                (
-                    ClaimedMeta {
-                        offset,
-                        attempt,
-                        deadline_ms,
-                    },
-                    r,
-                )
+        let records = out
+            .claims
+            .iter()
+            .map(|&(offset, attempt)| ClaimedMeta {
+                offset,
+                attempt,
+                deadline_ms,
             })
             .collect();
-        Ok((claimed, next_due))
+        Ok((
+            Claimed {
+                records,
+                body: out.body(),
+            },
+            next_due,
+        ))
     }
 
-    /// Records never handed out, from `next`: appended to `out`; returns the new read
-    /// position (past control batches and past the last record taken).
-    #[allow(clippy::too_many_arguments)]
+    /// Records never handed out, from `next`: claimed into `out` with their stored
+    /// batches; returns the new read position (past control batches and past the last
+    /// record taken).
     async fn read_new(
         &self,
         gs: &GroupShard,
         next: u64,
         max_records: usize,
         max_bytes: usize,
-        out: &mut Vec<(u64, u32, Record)>,
-        bytes: &mut usize,
+        out: &mut Handout,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, ErrorBody> {
+        let mut pos = next;
+        for _ in 0..FETCH_ROUNDS {
+            let before = (pos, out.claims.len());
+            pos = self
+                .read_new_once(gs, pos, max_records, max_bytes, out, events)
+                .await?;
+            let full = out.claims.len() >= max_records || out.bytes >= max_bytes;
+            if full || pos >= gs.shard.visible_end() || (pos, out.claims.len()) == before {
+                break;
+            }
+        }
+        Ok(pos)
+    }
+
+    /// One read of [`Broker::read_new`]: at most [`FETCH_CHUNK`] bytes.
+    async fn read_new_once(
+        &self,
+        gs: &GroupShard,
+        next: u64,
+        max_records: usize,
+        max_bytes: usize,
+        out: &mut Handout,
         events: &mut Vec<Event>,
     ) -> Result<u64, ErrorBody> {
         let k = &gs.key;
@@ -243,7 +270,7 @@ impl Broker {
                 &k.stream,
                 k.shard,
                 next,
-                max_bytes - *bytes,
+                max_bytes.saturating_sub(out.bytes).clamp(1, FETCH_CHUNK),
             )
             .await
         {
@@ -259,24 +286,40 @@ impl Broker {
         };
         let mut pos = next;
         for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-            let batch_end = (header.base_offset + i64::from(header.last_offset_delta) + 1) as u64;
+            let base = header.base_offset as u64;
+            let batch_end = base + header.last_offset_delta as u64 + 1;
             if header.is_control() {
                 pos = pos.max(batch_end);
                 continue;
             }
-            let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
-                .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
-            for r in decoded.records {
-                let offset = r.offset as u64;
+            if out.claims.len() >= max_records || (out.bytes >= max_bytes && !out.claims.is_empty())
+            {
+                return Ok(pos);
+            }
+            let offsets = batch_offsets(&header, batch)?;
+            let mut took = Vec::new();
+            for &offset in &offsets {
                 if offset < pos {
                     continue;
                 }
-                if out.len() >= max_records || (*bytes >= max_bytes && !out.is_empty()) {
-                    return Ok(pos);
+                if out.claims.len() + took.len() >= max_records {
+                    break;
                 }
-                *bytes += record_bytes(&r);
-                out.push((offset, 1, r));
+                took.push(offset);
                 pos = offset + 1;
+            }
+            let run = took.last().map_or(0, |l| l + 1 - took[0]) == took.len() as u64;
+            if took.len() == offsets.len() || (!took.is_empty() && !run) {
+                // The whole stored batch, as a subscription sends it: no copy, no re-encoding.
+                out.add_batch(header.base_offset, &read.batches.slice_ref(batch));
+            } else if !took.is_empty() {
+                // Part of it: only the records claimed, so a poll of fewer records than a
+                // batch holds does not send (and make the client decode) the whole batch.
+                out.add_partial(batch, &took)?;
+            }
+            out.claims.extend(took.iter().map(|&o| (o, 1)));
+            if out.claims.len() >= max_records {
+                return Ok(pos);
             }
             pos = pos.max(batch_end);
         }
@@ -285,6 +328,42 @@ impl Broker {
             return Ok(pos.max(read.next_offset));
         }
         Ok(pos)
+    }
+
+    /// The stored batches holding each of `offsets` (those still held in either tier):
+    /// offset → (the batch's base offset, the batch).
+    async fn read_batches_at(
+        &self,
+        gs: &GroupShard,
+        offsets: &BTreeSet<u64>,
+    ) -> Result<HashMap<u64, (i64, Bytes)>, ErrorBody> {
+        let k = &gs.key;
+        let mut found: HashMap<u64, (i64, Bytes)> = HashMap::new();
+        for &o in offsets {
+            if found.contains_key(&o) {
+                continue;
+            }
+            let read = match self
+                .fetch(&k.tenant, &k.namespace, &k.stream, k.shard, o, 1)
+                .await
+            {
+                Ok(read) => read,
+                Err(e) if e.code == codes::OFFSET_TOO_OLD => continue,
+                Err(e) => return Err(e),
+            };
+            for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+                if header.is_control() {
+                    continue;
+                }
+                let bytes = read.batches.slice_ref(batch);
+                for offset in batch_offsets(&header, batch)? {
+                    if offsets.contains(&offset) {
+                        found.insert(offset, (header.base_offset, bytes.clone()));
+                    }
+                }
+            }
+        }
+        Ok(found)
     }
 
     /// The records at `offsets` of the shard (those still held in either tier).
@@ -342,7 +421,7 @@ impl Broker {
 }
 
 /// When the earliest pending record falls due (ms since the epoch).
-fn next_due(c: &Cursor, _max_attempts: u32) -> Option<i64> {
+fn next_due(c: &Cursor) -> Option<i64> {
     c.progress
         .pending
         .values()
@@ -353,6 +432,63 @@ fn next_due(c: &Cursor, _max_attempts: u32) -> Option<i64> {
         .min()
 }
 
-fn record_bytes(r: &Record) -> usize {
-    r.key.as_ref().map_or(0, Bytes::len) + r.value.as_ref().map_or(0, Bytes::len) + 16
+/// The offsets of a stored batch's records: dense from its base offset (as Felix writes
+/// them), else read from the records.
+fn batch_offsets(header: &BatchHeader, batch: &[u8]) -> Result<Vec<u64>, ErrorBody> {
+    let base = header.base_offset as u64;
+    if i64::from(header.records_count) == i64::from(header.last_offset_delta) + 1 {
+        return Ok((base..base + header.records_count.max(0) as u64).collect());
+    }
+    let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
+        .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
+    Ok(decoded.records.iter().map(|r| r.offset as u64).collect())
+}
+
+/// What one poll hands out: the claims, and the stored batches that hold them (each once).
+#[derive(Default)]
+pub(crate) struct Handout {
+    claims: Vec<(u64, u32)>,
+    batches: Vec<Bytes>,
+    bases: BTreeSet<i64>,
+    bytes: usize,
+}
+
+impl Handout {
+    fn add_batch(&mut self, base: i64, batch: &Bytes) {
+        if self.bases.insert(base) {
+            self.bytes += batch.len();
+            self.batches.push(batch.clone());
+        }
+    }
+
+    /// A batch re-encoded with only the records at `offsets`, a contiguous run.
+    fn add_partial(&mut self, batch: &[u8], offsets: &[u64]) -> Result<(), ErrorBody> {
+        let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
+            .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
+        let mut b = BatchBuilder::new(Compression::None);
+        for r in decoded.records {
+            if offsets.contains(&(r.offset as u64)) {
+                b.push(r);
+            }
+        }
+        let mut built = b
+            .build()
+            .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))?;
+        // The records keep their offsets (a contiguous run): the base offset is outside
+        // the CRC, as the log stamps it.
+        felix_wire::batch::stamp_base_offset(&mut built, offsets[0] as i64);
+        let bytes = Bytes::from(built);
+        self.bytes += bytes.len();
+        self.batches.push(bytes);
+        Ok(())
+    }
+
+    /// The batches, in the order added, as one body.
+    fn body(&self) -> Bytes {
+        match &self.batches[..] {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => Bytes::from(many.concat()),
+        }
+    }
 }

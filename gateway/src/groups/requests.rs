@@ -4,13 +4,11 @@
 
 use bytes::Bytes;
 use felix_wire::groups::{GroupRequest, GroupResponse};
-use felix_wire::protocol::{ErrorBody, Response, codes};
-use felix_wire::{BatchBuilder, Compression};
+use felix_wire::protocol::{ErrorBody, Response};
 
 use super::answers::{Answer, Answering};
 use super::poll::Poll;
 use crate::broker::Broker;
-use crate::errors::err;
 
 /// Answers one group request: the response header and its body.
 pub async fn serve(broker: &Broker, request: GroupRequest) -> (Response, Bytes) {
@@ -93,21 +91,7 @@ async fn answer(
                     wait_ms,
                 })
                 .await?;
-            let mut records = Vec::with_capacity(claimed.len());
-            let mut batch = BatchBuilder::new(Compression::None);
-            for (meta, record) in claimed {
-                records.push(meta);
-                batch.push(record);
-            }
-            let body = if records.is_empty() {
-                Bytes::new()
-            } else {
-                Bytes::from(
-                    batch
-                        .build()
-                        .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))?,
-                )
-            };
+            let (records, body) = (claimed.records, claimed.body);
             Ok((GroupResponse::Claimed { shard, records }, body))
         }
         G::Ack {
