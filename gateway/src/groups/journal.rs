@@ -131,3 +131,60 @@ pub(crate) async fn append(
     let batch = b.build().map_err(LogError::InvalidBatch)?;
     log.append(batch).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(offset: u64) -> Event {
+        Event::Claim {
+            consumer: "c".into(),
+            deadline_ms: 1,
+            records: vec![(offset, 1)],
+            next: offset + 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn replay_gives_each_groups_progress_and_a_snapshot_replaces_what_came_before() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open_it = || open(dir.path(), "t/n/s/0/groups".into(), FsyncPolicy::OnCommit);
+        {
+            let (log, cursors, _) = open_it().expect("open");
+            assert!(cursors.is_empty());
+            for e in [Event::Skip { to: 0 }, claim(0), claim(1)] {
+                append(&log, "a", 1, &[e]).await.expect("append");
+            }
+            append(&log, "a", 1, &[Event::Ack { offsets: vec![0] }])
+                .await
+                .expect("ack");
+            // An older group of the same name (id 0) is not this one's.
+            append(&log, "a", 0, &[Event::Ack { offsets: vec![1] }])
+                .await
+                .expect("stale");
+            let t = append(&log, "b", 2, &[Event::Skip { to: 7 }])
+                .await
+                .expect("b");
+            t.committed().await.expect("written");
+        }
+        let (log, cursors, records) = open_it().expect("reopen");
+        assert_eq!(records, 6);
+        let a = &cursors["a"];
+        assert_eq!(a.id, 1);
+        assert_eq!(
+            a.progress.pending.keys().copied().collect::<Vec<_>>(),
+            vec![1]
+        );
+        assert_eq!((a.progress.acked, a.progress.next), (1, Some(2)));
+        assert_eq!(cursors["b"].progress.next, Some(7));
+        // A snapshot stands for everything before it: segments before it may go.
+        let snapshot = Event::Snapshot {
+            progress: a.progress.clone(),
+        };
+        let t = append(&log, "a", 1, &[snapshot]).await.expect("snapshot");
+        t.committed().await.expect("written");
+        drop(log);
+        let (_, cursors, _) = open_it().expect("reopen");
+        assert_eq!(cursors["a"].progress, a.progress);
+    }
+}
