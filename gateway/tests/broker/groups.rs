@@ -783,3 +783,94 @@ async fn felixctl_group_consume_prints_each_record_then_acks_it(
             .is_empty()
     );
 }
+
+/// With auth on, every group request is checked before any work: consuming needs
+/// `group.consume` on the stream, creating and deleting a group `stream.manage`, listing
+/// any grant on the stream; a refused request changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_requests_check_their_permission_before_any_work() {
+    let broker = Broker::start(BrokerOptions::new().env("FELIX_AUTH", "on")).await;
+    let admin = broker.client().await;
+    durable_stream(&admin, "alpha", "prod", "orders", 1).await;
+    let token = |allow: &[&str]| felix_client::TokenSpec {
+        tenant: "alpha".into(),
+        allow: allow.iter().map(|a| a.to_string()).collect(),
+        ..Default::default()
+    };
+    let client_with = |token: String| {
+        let addr = broker.quic_addr.to_string();
+        async move {
+            Client::connect(
+                [addr],
+                ClientConfig {
+                    token: Some(token),
+                    ..ClientConfig::default()
+                },
+            )
+            .await
+            .expect("connect")
+        }
+    };
+    let owner = client_with(broker.admin_token().expect("admin token")).await;
+    owner
+        .publish_batch(
+            "alpha",
+            "prod",
+            "orders",
+            vec![Message::new("o")],
+            AckMode::Batch,
+        )
+        .await
+        .expect("publish");
+    let reader = admin
+        .mint_token(token(&["stream.subscribe:alpha/prod/orders"]))
+        .await
+        .expect("mint");
+    let consumer = admin
+        .mint_token(token(&["group.consume:alpha/prod/orders"]))
+        .await
+        .expect("mint");
+    let reader = client_with(reader.token).await;
+    let consumer = client_with(consumer.token).await;
+    let forbidden = |e: ClientError| assert_eq!(broker_code(&e).0, codes::FORBIDDEN, "{e}");
+
+    forbidden(
+        consumer
+            .create_group("alpha", "prod", "orders", "g", GroupConfig::default())
+            .await
+            .expect_err("created a group with group.consume only"),
+    );
+    owner
+        .create_group("alpha", "prod", "orders", "g", GroupConfig::default())
+        .await
+        .expect("stream.manage creates");
+    forbidden(
+        reader
+            .group("alpha", "prod", "orders", "g")
+            .poll(1, Duration::ZERO)
+            .await
+            .expect_err("polled with stream.subscribe only"),
+    );
+    let mut c = consumer.group("alpha", "prod", "orders", "g");
+    let got = poll_n(&mut c, 1).await;
+    assert_eq!(
+        (got[0].offset, got[0].attempt),
+        (0, 1),
+        "the refused poll claimed nothing"
+    );
+    got[0].ack().await.expect("ack with group.consume");
+    assert_eq!(
+        consumer
+            .list_groups("alpha", "prod", "orders")
+            .await
+            .expect("list with a grant on the stream")
+            .len(),
+        1
+    );
+    forbidden(
+        consumer
+            .delete_group("alpha", "prod", "orders", "g")
+            .await
+            .expect_err("deleted with group.consume only"),
+    );
+}
