@@ -110,6 +110,15 @@ pub enum GroupRequest {
         group: String,
         config: GroupConfig,
     },
+    /// Changes the settings `config` sets (`start` cannot change; `dead_letter: ""`
+    /// removes the dead-letter stream). Applies to claims and deliveries from then on.
+    Alter {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        group: String,
+        config: GroupConfig,
+    },
     Describe {
         tenant: String,
         namespace: String,
@@ -197,6 +206,12 @@ impl GroupRequest {
     pub fn stream(&self) -> (&str, &str, &str) {
         match self {
             GroupRequest::Create {
+                tenant,
+                namespace,
+                stream,
+                ..
+            }
+            | GroupRequest::Alter {
                 tenant,
                 namespace,
                 stream,

@@ -211,6 +211,29 @@ impl Client {
         }
     }
 
+    /// Changes the settings `config` sets (`dead_letter: Some("")` removes the dead-letter
+    /// stream; the start position cannot change).
+    pub async fn alter_group(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        group: &str,
+        config: GroupConfig,
+    ) -> Result<GroupInfo, ClientError> {
+        let request = Request::Group(GroupRequest::Alter {
+            tenant: tenant.into(),
+            namespace: namespace.into(),
+            stream: stream.into(),
+            group: group.into(),
+            config,
+        });
+        match self.admin(request, false).await? {
+            Response::Group(GroupResponse::Group { group }) => Ok(group),
+            other => Err(unexpected(&other)),
+        }
+    }
+
     /// Deletes a group: its progress goes with it.
     pub async fn delete_group(
         &self,

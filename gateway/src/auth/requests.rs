@@ -124,13 +124,13 @@ pub fn check_for(request: &Request) -> Check {
     }
 }
 
-/// Consuming (poll, ack, nack, extend) needs `group.consume` on the group's stream; creating
-/// and deleting a group `stream.manage`; describing and listing any grant on the stream.
+/// Consuming (poll, ack, nack, extend, commit) needs `group.consume` on the group's stream;
+/// creating, altering and deleting a group `stream.manage`; describing and listing any grant on the stream.
 fn group_check(g: &GroupRequest) -> Check {
     let (tenant, namespace, name) = g.stream();
     let on = Resource::stream(tenant, namespace, name);
     match g {
-        GroupRequest::Create { .. } | GroupRequest::Delete { .. } => {
+        GroupRequest::Create { .. } | GroupRequest::Alter { .. } | GroupRequest::Delete { .. } => {
             Check::Action(Action::StreamManage, on)
         }
         GroupRequest::Describe { .. } | GroupRequest::List { .. } => {

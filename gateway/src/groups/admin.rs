@@ -92,6 +92,41 @@ impl Broker {
         self.describe_group(tenant, namespace, stream, name).await
     }
 
+    /// Changes the settings `config` sets; `dead_letter: ""` removes the dead-letter stream.
+    pub(crate) async fn alter_group(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        name: &str,
+        config: GroupConfig,
+    ) -> Result<GroupInfo, ErrorBody> {
+        let group = self.group(tenant, namespace, stream, name)?;
+        let mut settings = group.settings.clone();
+        if let Some(v) = config.visibility_timeout_ms {
+            settings.visibility_timeout_ms = v;
+        }
+        if let Some(m) = config.max_attempts {
+            settings.max_attempts = m;
+        }
+        if let Some(d) = config.dead_letter {
+            settings.dead_letter = (!d.is_empty()).then_some(d);
+        }
+        if let Some(start) = config.start {
+            settings.start = start_of(start);
+        }
+        self.node
+            .propose(Command::AlterGroup {
+                tenant: tenant.to_owned(),
+                namespace: namespace.to_owned(),
+                stream: stream.to_owned(),
+                name: name.to_owned(),
+                settings,
+            })
+            .await?;
+        self.describe_group(tenant, namespace, stream, name).await
+    }
+
     pub(crate) async fn delete_group(
         &self,
         tenant: &str,

@@ -36,6 +36,17 @@ async fn answer(
                 .create_group(&tenant, &namespace, &stream, &group, config)
                 .await?,
         }),
+        G::Alter {
+            tenant,
+            namespace,
+            stream,
+            group,
+            config,
+        } => none(GroupResponse::Group {
+            group: broker
+                .alter_group(&tenant, &namespace, &stream, &group, config)
+                .await?,
+        }),
         G::Describe {
             tenant,
             namespace,

@@ -32,7 +32,11 @@ impl Broker {
     async fn sweep_groups(&self) {
         // Journals of shards closed since (a deleted stream, a stopped shard) are let go, so
         // their files' space is freed.
-        self.groups.open.lock().await.retain(|_, g| !g.shard.is_closed());
+        self.groups
+            .open
+            .lock()
+            .await
+            .retain(|_, g| !g.shard.is_closed());
         // Every stream with groups, from the control plane: after a restart a journal is
         // opened here even if no consumer has come back, so a lapsed last attempt is still
         // dead-lettered and the gauges are right.
@@ -51,7 +55,10 @@ impl Broker {
             };
             let groups = self.node.meta.local(|m| m.groups_of(&t, &n, &s));
             for shard in 0..settings.shards {
-                if self.shard(&crate::shard::shard_key(&t, &n, &s, shard)).is_err() {
+                if self
+                    .shard(&crate::shard::shard_key(&t, &n, &s, shard))
+                    .is_err()
+                {
                     continue; // led elsewhere: its leader reports it
                 }
                 let Ok(gs) = self.group_shard(&t, &n, &s, shard).await else {

@@ -81,6 +81,20 @@ fn config(visibility_ms: u64, max_attempts: u32, dead_letter: Option<&str>) -> G
     }
 }
 
+trait WithoutStart {
+    fn without_start(self) -> GroupConfig;
+}
+
+impl WithoutStart for GroupConfig {
+    /// An alter leaves the start position as it is.
+    fn without_start(self) -> GroupConfig {
+        GroupConfig {
+            start: None,
+            ..self
+        }
+    }
+}
+
 /// Polls until `n` records are held, failing after [`PATIENCE`].
 async fn poll_n(consumer: &mut felix_client::GroupConsumer, n: usize) -> Vec<GroupRecord> {
     let until = tokio::time::Instant::now() + PATIENCE;
@@ -184,6 +198,43 @@ async fn group_settings_live_in_the_control_plane_and_bad_ones_are_refused(
         .await
         .expect("describe");
     assert_eq!(described.shards.len(), 2, "every shard described");
+    let altered = client
+        .alter_group(T, NS, "admin", "g1", config(5_000, 9, None).without_start())
+        .await
+        .expect("alter");
+    assert_eq!(
+        (altered.visibility_timeout_ms, altered.max_attempts),
+        (5_000, 9)
+    );
+    for (bad, code) in [
+        (
+            config(5_000, 0, None).without_start(),
+            codes::INVALID_ARGUMENT,
+        ),
+        (
+            config(5_000, 3, Some("missing")).without_start(),
+            codes::UNKNOWN_STREAM,
+        ),
+        (
+            GroupConfig {
+                start: Some(GroupStart::Latest),
+                ..GroupConfig::default()
+            },
+            codes::INVALID_ARGUMENT,
+        ),
+    ] {
+        let e = client
+            .alter_group(T, NS, "admin", "g1", bad)
+            .await
+            .expect_err("bad alter accepted");
+        assert_eq!(broker_code(&e).0, code, "{e}");
+    }
+    let kept = client.list_groups(T, NS, "admin").await.expect("list");
+    assert_eq!(
+        (kept[0].visibility_timeout_ms, kept[0].max_attempts),
+        (5_000, 9),
+        "a refused alter changes nothing"
+    );
     let unknown = client
         .group(T, NS, "admin", "nope")
         .poll(1, Duration::ZERO)

@@ -256,6 +256,13 @@ impl MetaState {
                 settings,
                 created_ms,
             } => self.create_group(tenant, namespace, stream, name, settings, *created_ms),
+            Command::AlterGroup {
+                tenant,
+                namespace,
+                stream,
+                name,
+                settings,
+            } => self.alter_group(tenant, namespace, stream, name, settings),
             Command::DeleteGroup {
                 tenant,
                 namespace,
@@ -305,6 +312,7 @@ impl MetaState {
             | Command::ReportReplicas { .. }
             | Command::AllocateProducerIds { .. }
             | Command::CreateGroup { .. }
+            | Command::AlterGroup { .. }
             | Command::DeleteGroup { .. } => false,
             Command::AddSigningKey { .. }
             | Command::PutRole { .. }

@@ -183,6 +183,14 @@ pub enum Command {
         /// The proposer's clock, carried as a value.
         created_ms: i64,
     },
+    /// Replaces a group's settings (not its start position).
+    AlterGroup {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        name: String,
+        settings: GroupSettings,
+    },
     DeleteGroup {
         tenant: String,
         namespace: String,

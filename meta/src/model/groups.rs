@@ -130,6 +130,41 @@ impl MetaState {
         Ok(Applied::Done)
     }
 
+    /// Replaces a group's settings (its start position stays: it applied at creation).
+    pub(super) fn alter_group(
+        &mut self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        name: &str,
+        settings: &GroupSettings,
+    ) -> Result<Applied, CommandError> {
+        settings.validate()?;
+        let skey = stream_key(tenant, namespace, stream);
+        if let Some(dlq) = &settings.dead_letter {
+            if *dlq == skey {
+                return Err(CommandError::Invalid(
+                    "a group cannot dead-letter to the stream it consumes".into(),
+                ));
+            }
+            if !self.streams.contains_key(dlq) {
+                return Err(missing("stream", dlq));
+            }
+        }
+        let key = group_key(tenant, namespace, stream, name);
+        let group = self
+            .groups
+            .get_mut(&key)
+            .ok_or_else(|| missing("group", &key))?;
+        if settings.start != group.settings.start {
+            return Err(CommandError::Invalid(
+                "a group's start position applies at its creation and cannot be altered".into(),
+            ));
+        }
+        group.settings = settings.clone();
+        Ok(Applied::Done)
+    }
+
     pub(super) fn delete_group(
         &mut self,
         tenant: &str,

@@ -36,6 +36,19 @@ pub(crate) enum GroupCommand {
         #[arg(long, default_value = "earliest", value_name = "POSITION", value_parser = start_at)]
         from: StartAt,
     },
+    /// Change a group's settings (those given; the start position cannot change).
+    Alter {
+        #[arg(value_name = "TENANT/NS/STREAM", value_parser = stream_path)]
+        path: StreamPath,
+        group: String,
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        visibility_timeout: Option<Duration>,
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        /// The new dead-letter stream, or `none` to retire exhausted records instead.
+        #[arg(long, value_name = "TENANT/NS/STREAM|none")]
+        dead_letter: Option<String>,
+    },
     /// Show a group's settings and, per shard: acked-up-to, in flight, waiting for
     /// redelivery, dead-lettered, and consumers seen in the last minute.
     Describe {
@@ -126,6 +139,33 @@ pub(crate) async fn group_command(client: &Client, cmd: GroupCommand) -> anyhow:
                 .create_group(&t, &n, &s, &group, config)
                 .await
                 .with_context(|| format!("creating group {group} of {t}/{n}/{s}"))?;
+            print_group(&info, Output::Text)?;
+        }
+        GroupCommand::Alter {
+            path: (t, n, s),
+            group,
+            visibility_timeout,
+            max_attempts,
+            dead_letter,
+        } => {
+            let dead_letter = match dead_letter.as_deref() {
+                None => None,
+                Some("none") => Some(String::new()),
+                Some(path) => {
+                    let (t, n, s) = stream_path(path).map_err(|e| anyhow!(e))?;
+                    Some(format!("{t}/{n}/{s}"))
+                }
+            };
+            let config = GroupConfig {
+                visibility_timeout_ms: visibility_timeout.map(|d| d.as_millis() as u64),
+                max_attempts,
+                dead_letter,
+                start: None,
+            };
+            let info = client
+                .alter_group(&t, &n, &s, &group, config)
+                .await
+                .with_context(|| format!("altering group {group} of {t}/{n}/{s}"))?;
             print_group(&info, Output::Text)?;
         }
         GroupCommand::Describe {
