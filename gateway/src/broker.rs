@@ -83,7 +83,7 @@ pub struct Broker {
     /// Who may do what (the `auth` setting; everything passes with auth off).
     pub(crate) access: crate::auth::AccessControl,
     /// The group journals of the shards this broker leads (`crate::groups`).
-    pub(crate) groups: crate::groups::Groups,
+    pub(crate) groups: crate::groups::registry::Groups,
 }
 
 impl Broker {
@@ -138,7 +138,6 @@ impl Broker {
             access,
             groups: Default::default(),
         });
-        tokio::spawn(crate::groups::sweep::run(Arc::downgrade(&broker)));
         // A single node renews too, so the control plane's view of it stays alive.
         let every = Duration::from_millis((config.lease_ms / 4).max(50));
         tokio::spawn(crate::replication::lease::keep_lease(

@@ -14,6 +14,14 @@ use felix_wire::groups::{ClaimRef, GroupShardInfo, reasons};
 use felix_wire::protocol::{ErrorBody, codes};
 use serde::{Deserialize, Serialize};
 
+/// Now, in the milliseconds since the Unix epoch that deadlines are kept in (wall clock:
+/// a claim's deadline survives a restart).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// Who holds a pending record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "hold", rename_all = "snake_case")]

@@ -116,7 +116,7 @@ pub(crate) async fn append(
     id: u64,
     events: &[Event],
 ) -> Result<Appended, LogError> {
-    let now = super::now_ms();
+    let now = super::cursor::now_ms();
     let mut b = BatchBuilder::new(Compression::None);
     for ev in events {
         let value = serde_json::to_vec(&Entry { id, ev: ev.clone() }).unwrap_or_default();

@@ -77,38 +77,3 @@ impl GroupMetrics {
         );
     }
 }
-
-impl crate::metrics::Metrics {
-    /// Counts records handed out by a poll.
-    pub(crate) fn group_handed_out(&self, key: &ShardKey, group: &str, first: u64, again: u64) {
-        if first + again == 0 {
-            return;
-        }
-        let l = GroupLabel::of(key, group);
-        self.groups
-            .delivered
-            .get_or_create(&l)
-            .inc_by(first + again);
-        if again > 0 {
-            self.groups.redelivered.get_or_create(&l).inc_by(again);
-        }
-    }
-
-    pub(crate) fn group_acked(&self, key: &ShardKey, group: &str, n: u64) {
-        if n > 0 {
-            self.groups
-                .acked
-                .get_or_create(&GroupLabel::of(key, group))
-                .inc_by(n);
-        }
-    }
-
-    pub(crate) fn group_dead_lettered(&self, key: &ShardKey, group: &str, n: u64) {
-        if n > 0 {
-            self.groups
-                .dead_lettered
-                .get_or_create(&GroupLabel::of(key, group))
-                .inc_by(n);
-        }
-    }
-}

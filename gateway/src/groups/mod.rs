@@ -10,6 +10,7 @@
 //! * `admin.rs` — create, describe, list, delete (existence and settings are the control
 //!   plane's).
 //! * `requests.rs` — the QUIC requests, answered.
+//! * `registry.rs` — the journals open on this broker and each group's cursor in them.
 //! * `sweep.rs` — the once-a-second pass: lapsed dead letters, compaction, gauges.
 //! * [`metrics`] — the per-group metrics.
 //!
@@ -25,52 +26,24 @@ pub(crate) mod dead_letter;
 pub(crate) mod journal;
 pub mod metrics;
 pub(crate) mod poll;
+pub(crate) mod registry;
 pub mod requests;
-pub(crate) mod sweep;
+pub mod sweep;
 
 mod admin;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
-use felix_hot::ShardLog;
 use felix_meta::model::{Group, ShardKey, group_key};
 use felix_wire::protocol::{ErrorBody, codes};
 
 use crate::broker::Broker;
 use crate::errors::{err, log_error};
-use crate::shard::{Shard, shard_key};
-use cursor::{Cursor, Event};
-
-/// Compact a journal once this many records were appended since it was opened or last
-/// compacted (and at least twice as many as pending records it would keep).
-const COMPACT_AFTER_RECORDS: u64 = 200_000;
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// The group journals open on this broker, one per shard it leads and groups were used on.
-#[derive(Default)]
-pub struct Groups {
-    open: tokio::sync::Mutex<HashMap<ShardKey, Arc<GroupShard>>>,
-}
-
-/// The groups of one shard: its journal and each group's cursor.
-pub(crate) struct GroupShard {
-    pub key: ShardKey,
-    /// The data shard the journal is beside: a re-opened shard (a re-created stream) gets
-    /// its journal re-opened too.
-    pub shard: Arc<Shard>,
-    log: ShardLog,
-    cursors: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Cursor>>>>,
-    appended: AtomicU64,
-    /// Serializes compactions.
-    compacting: tokio::sync::Mutex<()>,
-}
+use crate::metrics::Metrics;
+use crate::shard::shard_key;
+pub(crate) use cursor::now_ms;
+pub(crate) use registry::GroupShard;
 
 impl Broker {
     /// The group `name` of a stream, from the local copy of the control plane.
@@ -169,100 +142,37 @@ impl Broker {
     }
 }
 
-impl GroupShard {
-    /// The cursor of `group` on this shard (a fresh one for a group new here, or one that
-    /// replaces the progress of an older group of the same name).
-    pub(crate) async fn cursor(&self, group: &Group) -> tokio::sync::OwnedMutexGuard<Cursor> {
-        let c = self
-            .cursors
-            .lock()
-            .entry(group.name.clone())
-            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Cursor::new(group.id))))
-            .clone();
-        let mut guard = c.lock_owned().await;
-        if guard.id != group.id {
-            *guard = Cursor::new(group.id);
-        }
-        guard
-    }
-
-    /// Appends `events` of the cursor's group and applies them to it; returns the ticket
-    /// to await before answering. Called with the cursor's lock held, so journal order is
-    /// application order.
-    pub(crate) async fn record(
-        &self,
-        group: &str,
-        cursor: &mut Cursor,
-        events: Vec<Event>,
-    ) -> Result<felix_hot::Appended, ErrorBody> {
-        let ticket = journal::append(&self.log, group, cursor.id, &events)
-            .await
-            .map_err(|e| log_error(&e))?;
-        for e in &events {
-            cursor.apply(e);
-        }
-        self.appended
-            .fetch_add(events.len() as u64, Ordering::Relaxed);
-        Ok(ticket)
-    }
-
-    /// Waits for an appended change to be written.
-    pub(crate) async fn written(ticket: felix_hot::Appended) -> Result<(), ErrorBody> {
-        ticket
-            .committed()
-            .await
-            .map(|_| ())
-            .map_err(|e| log_error(&e))
-    }
-
-    /// Compacts the journal when it has grown: every group still in `live` (group name →
-    /// id) is snapshotted, then the segments wholly before the first snapshot go.
-    pub(crate) async fn compact_if_grown(&self, live: &HashMap<String, u64>) {
-        let cursors: Vec<(String, Arc<tokio::sync::Mutex<Cursor>>)> = self
-            .cursors
-            .lock()
-            .iter()
-            .map(|(k, c)| (k.clone(), c.clone()))
-            .collect();
-        if self.appended.load(Ordering::Relaxed) < COMPACT_AFTER_RECORDS {
+impl Metrics {
+    /// Counts records handed out by a poll.
+    pub(crate) fn group_handed_out(&self, key: &ShardKey, group: &str, first: u64, again: u64) {
+        if first + again == 0 {
             return;
         }
-        let Ok(_one) = self.compacting.try_lock() else {
-            return;
-        };
-        let start = self.log.next_offset();
-        let mut tickets = Vec::new();
-        let mut kept = 0u64;
-        for (name, c) in cursors {
-            let c = c.lock().await;
-            if live.get(&name) != Some(&c.id) {
-                self.cursors.lock().remove(&name);
-                continue;
-            }
-            let snapshot = Event::Snapshot {
-                progress: c.progress.clone(),
-            };
-            kept += c.progress.pending.len() as u64;
-            match journal::append(&self.log, &name, c.id, &[snapshot]).await {
-                Ok(t) => tickets.push(t),
-                Err(e) => {
-                    tracing::warn!(shard = %self.key, error = %e, "group journal snapshot failed");
-                    return;
-                }
-            }
+        let l = metrics::GroupLabel::of(key, group);
+        self.groups
+            .delivered
+            .get_or_create(&l)
+            .inc_by(first + again);
+        if again > 0 {
+            self.groups.redelivered.get_or_create(&l).inc_by(again);
         }
-        for t in tickets {
-            if Self::written(t).await.is_err() {
-                return;
-            }
+    }
+
+    pub(crate) fn group_acked(&self, key: &ShardKey, group: &str, n: u64) {
+        if n > 0 {
+            self.groups
+                .acked
+                .get_or_create(&metrics::GroupLabel::of(key, group))
+                .inc_by(n);
         }
-        self.appended.store(kept.max(1), Ordering::Relaxed);
-        match self.log.enforce_retention_with_floor(start, start) {
-            Ok(o) => tracing::info!(shard = %self.key, deleted_segments = o.deleted_segments,
-                "group journal compacted"),
-            Err(e) => {
-                tracing::warn!(shard = %self.key, error = %e, "group journal compaction failed")
-            }
+    }
+
+    pub(crate) fn group_dead_lettered(&self, key: &ShardKey, group: &str, n: u64) {
+        if n > 0 {
+            self.groups
+                .dead_lettered
+                .get_or_create(&metrics::GroupLabel::of(key, group))
+                .inc_by(n);
         }
     }
 }

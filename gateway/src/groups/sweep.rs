@@ -18,7 +18,7 @@ use crate::broker::Broker;
 const EVERY: Duration = Duration::from_secs(1);
 
 /// Runs the pass every second until the broker is gone.
-pub(crate) async fn run(broker: Weak<Broker>) {
+pub async fn run(broker: Weak<Broker>) {
     let mut tick = tokio::time::interval(EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -21,10 +21,12 @@
 //! * `manifest.rs` — a shard's segment manifest: no gap, no overlap.
 //! * `auth.rs` — signing keys, roles, bindings, revocations and the bootstrap token
 //!   (the state itself and the token logic are in [`crate::auth`]).
-//! * `groups.rs` — consumer groups: which exist and their settings (not their progress).
+//! * `groups.rs` — consumer groups: which exist and their settings (not their progress);
+//!   `apply_groups.rs` applies their commands.
 //! * [`shard_map`] — the serde form of maps keyed by a shard.
 
 mod apply;
+mod apply_groups;
 mod auth;
 mod command;
 mod epochs;
