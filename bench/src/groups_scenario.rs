@@ -239,8 +239,8 @@ async fn consume(
                 let (bad, good): (Vec<_>, Vec<_>) = records
                     .into_iter()
                     .partition(|r| nack_some && r.offset % 10 == 0);
-                for r in &bad {
-                    r.nack(None, Some("bench")).await?;
+                if !bad.is_empty() {
+                    consumer.nack_all(&bad, None, Some("bench")).await?;
                 }
                 consumer.ack_all(&good).await?;
                 let us = claimed.elapsed().as_micros() as u64;

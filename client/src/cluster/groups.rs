@@ -668,19 +668,44 @@ impl GroupConsumer {
     /// Acknowledges many records in one request per shard, the shards concurrently; fails
     /// with the first refusal (the other shards' acknowledgements stand).
     pub async fn ack_all(&self, records: &[GroupRecord]) -> Result<(), ClientError> {
+        self.answer_all(records, || Answer::Ack).await
+    }
+
+    /// Nacks many records in one request per shard, the shards concurrently (see
+    /// [`GroupRecord::nack`]).
+    pub async fn nack_all(
+        &self,
+        records: &[GroupRecord],
+        delay: Option<Duration>,
+        reason: Option<&str>,
+    ) -> Result<(), ClientError> {
+        let delay_ms = delay.map_or(0, |d| d.as_millis() as u64);
+        let reason = reason.map(str::to_owned);
+        self.answer_all(records, || Answer::Nack {
+            delay_ms,
+            reason: reason.clone(),
+        })
+        .await
+    }
+
+    async fn answer_all(
+        &self,
+        records: &[GroupRecord],
+        answer: impl Fn() -> Answer,
+    ) -> Result<(), ClientError> {
         let mut by_shard: BTreeMap<u32, Vec<ClaimRef>> = BTreeMap::new();
         for r in records {
             by_shard.entry(r.shard).or_default().push(r.claim());
         }
-        let mut acks = tokio::task::JoinSet::new();
+        let mut answers = tokio::task::JoinSet::new();
         for (shard, claims) in by_shard {
-            let target = self.target.clone();
-            acks.spawn(async move { target.answer(shard, claims, Answer::Ack).await });
+            let (target, answer) = (self.target.clone(), answer());
+            answers.spawn(async move { target.answer(shard, claims, answer).await });
         }
         let mut first_error = None;
-        while let Some(done) = acks.join_next().await {
-            let result = done.map_err(|e| ClientError::Transport(format!("ack task: {e}")));
-            if let Err(e) = result.and_then(|r| r) {
+        while let Some(done) = answers.join_next().await {
+            let result = done.map_err(|e| ClientError::Transport(format!("answer task: {e}")));
+            if let Err(e) = result.and_then(|r| r.map(|_| ())) {
                 first_error.get_or_insert(e);
             }
         }

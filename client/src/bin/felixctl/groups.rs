@@ -332,11 +332,10 @@ async fn consume(client: &Client, args: ConsumeArgs) -> anyhow::Result<u8> {
         out.flush().context("writing stdout")?;
         // Printed first, answered after: a crash in between redelivers, never loses.
         if args.nack {
-            for r in &records {
-                r.nack(args.delay, Some("nacked by felixctl"))
-                    .await
-                    .with_context(|| format!("nacking shard {} offset {}", r.shard, r.offset))?;
-            }
+            consumer
+                .nack_all(&records, args.delay, Some("nacked by felixctl"))
+                .await
+                .context("nacking the records printed")?;
         } else if !args.no_ack {
             consumer
                 .ack_all(&records)
