@@ -135,6 +135,7 @@ async fn consumer_groups_on_one_broker() {
     a_claim_never_answered_is_redelivered_after_its_visibility_timeout_as_attempt_2(&conn, &client)
         .await;
     nack_redelivers_at_once_or_after_its_delay(&conn, &client).await;
+    a_group_from_latest_or_an_offset_starts_there_on_every_shard(&conn, &client).await;
     an_exhausted_record_is_dead_lettered_once_with_its_headers(&conn, &client).await;
     answers_to_claims_not_held_get_stable_errors(&conn, &client).await;
     group_metrics_count_deliveries_acks_redeliveries_and_dead_letters(&broker).await;
@@ -368,6 +369,71 @@ async fn cluster_client_of(client: &Client) -> Client {
     Client::connect(client.seeds().to_vec(), ClientConfig::default())
         .await
         .expect("connect")
+}
+
+async fn a_group_from_latest_or_an_offset_starts_there_on_every_shard(
+    conn: &Connection,
+    client: &Client,
+) {
+    stream(conn, "starts", 2).await;
+    let before = publish(client, "starts", "before", 20).await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    client
+        .create_group(
+            T,
+            NS,
+            "starts",
+            "latest",
+            GroupConfig {
+                start: Some(GroupStart::Latest),
+                ..GroupConfig::default()
+            },
+        )
+        .await
+        .expect("group from latest");
+    client
+        .create_group(
+            T,
+            NS,
+            "starts",
+            "offset",
+            GroupConfig {
+                start: Some(GroupStart::Offset(5)),
+                ..GroupConfig::default()
+            },
+        )
+        .await
+        .expect("group from offset 5");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let after = publish(client, "starts", "after", 20).await;
+    let mut latest = client.group(T, NS, "starts", "latest");
+    let got = poll_n(&mut latest, 20).await;
+    let payloads: BTreeSet<Bytes> = got.iter().map(|r| r.payload.clone()).collect();
+    assert_eq!(
+        payloads, after,
+        "from latest: only what came after the group's creation"
+    );
+    assert!(
+        latest
+            .poll(5, Duration::from_millis(300))
+            .await
+            .expect("poll")
+            .is_empty()
+    );
+    latest.ack_all(&got).await.expect("ack");
+    let mut offset = client.group(T, NS, "starts", "offset");
+    let got = poll_n(&mut offset, 30).await;
+    assert!(
+        got.iter().all(|r| r.offset >= 5),
+        "from offset 5 on each shard"
+    );
+    let total = before.len() + after.len();
+    let per_shard: BTreeMap<u32, usize> = got.iter().fold(BTreeMap::new(), |mut m, r| {
+        *m.entry(r.shard).or_default() += 1;
+        m
+    });
+    assert_eq!(got.len() + 5 * per_shard.len(), total, "{per_shard:?}");
+    offset.ack_all(&got).await.expect("ack");
 }
 
 async fn nack_redelivers_at_once_or_after_its_delay(conn: &Connection, client: &Client) {
