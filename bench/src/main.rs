@@ -17,6 +17,9 @@
 //!   beside a cold reader; upload lag (one phase per run, for `bench/catchup.sh`).
 //! * `auth-checks` — the authorization steps alone (felix-meta, no network): verifying a
 //!   token, expanding its roles, the per-request check (for `bench/auth.sh`'s results).
+//! * `groups` — a running broker: consume-and-acknowledge through a consumer group with 1,
+//!   4 and 16 consumers against a plain subscription of the same 4-shard stream, and with
+//!   every tenth record nacked to a dead-letter stream (for `bench/groups.sh`).
 //! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
 //!   `bench/pubsub-vs-nats.sh`.
 
@@ -30,6 +33,7 @@ mod catchup_scenario;
 mod cluster;
 mod common;
 mod failover_scenario;
+mod groups_scenario;
 mod load;
 mod log_scenario;
 mod meta_scenario;
@@ -70,6 +74,9 @@ enum Scenario {
     /// What each authorization step costs on one core (no network): verifying a token,
     /// expanding its roles, and the per-request check.
     AuthChecks(auth_scenario::AuthArgs),
+    /// Consume and acknowledge through a consumer group with 1, 4 and 16 consumers, against
+    /// a plain subscription of the same stream; and with every tenth record dead-lettered.
+    Groups(groups_scenario::GroupsArgs),
     /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
     #[cfg(feature = "nats")]
     NatsPubsub(nats_scenario::NatsArgs),
@@ -84,6 +91,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Catchup(args) => catchup_scenario::run(args),
         Scenario::Failover(args) => failover_scenario::run(args),
         Scenario::AuthChecks(args) => auth_scenario::run(args),
+        Scenario::Groups(args) => groups_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
     }

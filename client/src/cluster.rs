@@ -15,6 +15,8 @@
 //! leader, `stream_subscription` a whole stream's shards read as one. The admin requests
 //! are declared in `crate::admin`, once for this client and for a [`Connection`].
 
+mod fencing;
+mod groups;
 mod pool;
 mod publish;
 mod retry;
@@ -31,6 +33,7 @@ use std::time::Duration;
 use felix_wire::protocol::{ErrorBody, Request, Response, codes};
 use tokio::time::Instant;
 
+pub use groups::{GroupConsumer, GroupRecord};
 pub use routes::{BrokerRoute, ShardRoute, Topology};
 pub use stream_subscription::StreamSubscription;
 pub use subscription::ClusterSubscription;

@@ -312,6 +312,29 @@ impl Connection {
         .await
     }
 
+    /// One request whose answer has a body, within `timeout` (a group poll waits longer
+    /// than the request timeout).
+    pub(crate) async fn call_with_body(
+        &self,
+        request: &Request,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<(Response, Bytes), request::Failed> {
+        request::call_with_body(
+            &self.inner.conn,
+            request,
+            body,
+            self.inner.max_frame,
+            timeout,
+        )
+        .await
+    }
+
+    /// The request timeout this connection was made with.
+    pub(crate) fn request_timeout(&self) -> Duration {
+        self.inner.request_timeout
+    }
+
     /// Who leads each shard of a stream and the cluster's brokers, as this broker knows
     /// them: the routing table of a [`crate::Client`], which calls this for you.
     ///

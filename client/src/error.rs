@@ -66,6 +66,15 @@ impl ClientError {
         }
     }
 
+    /// For `expected_offset_mismatch` (a `publish_if` or a group `commit`): the actual
+    /// offset the shard or the group is at.
+    pub fn next_offset(&self) -> Option<u64> {
+        match self {
+            ClientError::Broker(body) => body.next_offset,
+            _ => None,
+        }
+    }
+
     /// How long the broker asked the caller to wait before retrying, if it did.
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         match self {

@@ -111,12 +111,13 @@ use std::time::Duration;
 use felix_wire::protocol::{DEFAULT_MAX_FRAME, Request, Response};
 
 pub use cluster::{
-    BrokerRoute, Client, ClusterClient, ClusterSubscription, ShardRoute, StreamSubscription,
-    Topology,
+    BrokerRoute, Client, ClusterClient, ClusterSubscription, GroupConsumer, GroupRecord,
+    ShardRoute, StreamSubscription, Topology,
 };
 pub use connection::Connection;
 pub use error::ClientError;
 pub use felix_wire::Compression;
+pub use felix_wire::groups::{GroupConfig, GroupInfo, GroupShardInfo, GroupStart};
 pub use felix_wire::protocol::{
     AckMode, ErrorBody, OidcIssuerSpec, RoleInfo, SegmentInfo, ShardInfo, StartAt, StreamConfig,
     StreamInfo, codes, features,
@@ -249,6 +250,8 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         Request::ListOidcIssuers {} => "ListOidcIssuers",
         Request::DeleteOidcIssuer { .. } => "DeleteOidcIssuer",
         Request::ExchangeOidcToken { .. } => "ExchangeOidcToken",
+        Request::Group(_) => "Group",
+        Request::PublishIf { .. } => "PublishIf",
     }
 }
 

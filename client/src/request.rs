@@ -183,6 +183,43 @@ pub(crate) async fn call_tracked(
     }
 }
 
+/// [`call_tracked`] with a request body, for a request whose answer has a body (a group
+/// poll's records): returns the response and the body.
+pub(crate) async fn call_with_body(
+    conn: &quinn::Connection,
+    request: &Request,
+    body: Bytes,
+    max_frame: usize,
+    timeout: Duration,
+) -> Result<(Response, Bytes), Failed> {
+    let frame =
+        encode_request(request, body, max_frame).map_err(|error| Failed { error, sent: false })?;
+    let mut sent = false;
+    let result = tokio::time::timeout(timeout, async {
+        let mut open = open(conn, &frame).await?;
+        sent = true;
+        let frame = read_frame(&mut open.recv, max_frame)
+            .await?
+            .ok_or_else(|| {
+                ClientError::Protocol(
+                    "the broker closed the request stream without answering".into(),
+                )
+            })?;
+        drop(open.send);
+        let response = parse_response(&frame)?;
+        Ok((response, frame.body))
+    })
+    .await;
+    match result {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(error)) => Err(Failed { error, sent }),
+        Err(_) => Err(Failed {
+            error: ClientError::Timeout,
+            sent,
+        }),
+    }
+}
+
 /// Sends `request` and reads its one response, all within `timeout`.
 pub(crate) async fn call(
     conn: &quinn::Connection,

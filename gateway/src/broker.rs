@@ -13,6 +13,7 @@
 //! * [`crate::retention`] — when retention runs and how far it may cut.
 //! * [`crate::replication`] — leaders, followers, the quorum mark and the lease.
 //! * [`crate::ephemeral`] — ephemeral shards.
+//! * [`crate::groups`] — consumer groups: claims, acknowledgements, redelivery, dead letters.
 //!
 //! Invariant: every operation is checked against the local registry (the control plane's
 //! watch), so an unknown tenant, namespace, stream or shard is refused with a typed error
@@ -81,6 +82,8 @@ pub struct Broker {
     pub(crate) disk: Arc<crate::disk::DiskSpace>,
     /// Who may do what (the `auth` setting; everything passes with auth off).
     pub(crate) access: crate::auth::AccessControl,
+    /// The group journals of the shards this broker leads (`crate::groups`).
+    pub(crate) groups: crate::groups::registry::Groups,
 }
 
 impl Broker {
@@ -133,6 +136,7 @@ impl Broker {
             shards: shards.clone(),
             next_sub_id: AtomicU64::new(1),
             access,
+            groups: Default::default(),
         });
         // A single node renews too, so the control plane's view of it stays alive.
         let every = Duration::from_millis((config.lease_ms / 4).max(50));
@@ -281,6 +285,7 @@ impl Broker {
                 warn!(shard = %s.key, error = %e, "final flush failed");
             }
         }
+        self.close_groups().await;
     }
 }
 

@@ -28,6 +28,7 @@ pub fn command_error(e: &CommandError) -> ErrorBody {
             "namespace" => err(codes::UNKNOWN_NAMESPACE, "unknown_namespace", e.to_string()),
             "stream" => err(codes::UNKNOWN_STREAM, "unknown_stream", e.to_string()),
             "shard" => err(codes::UNKNOWN_SHARD, "unknown_shard", e.to_string()),
+            "group" => err(codes::UNKNOWN_GROUP, "unknown_group", e.to_string()),
             "role" => err(codes::INVALID_ARGUMENT, "unknown_role", e.to_string()),
             "binding" => err(codes::INVALID_ARGUMENT, "unknown_binding", e.to_string()),
             _ => err(codes::INVALID_ARGUMENT, "not_found", e.to_string()),

@@ -9,7 +9,9 @@
 //! * [`routing`] — which broker serves a shard; `not_leader`; routing tables.
 //! * [`admission`] — tenants' publish slots, when a publish is acknowledged, `overloaded`.
 //! * [`publish`] — the publish pipeline on the shard's leader.
+//! * [`fencing`] — `publish_if`: a publish written only at the expected offset.
 //! * [`forward`] — a publish sent on to the shard's leader.
+//! * [`groups`] — consumer groups: claims, acknowledgements, redelivery, dead letters.
 //! * [`fanout`] — live delivery, per-subscriber queues, drops and `subscription_lagged`.
 //! * [`subscription`] — catch-up from history, then live.
 //! * [`pull`] — pull reads of a durable shard (the Kafka fetch path).
@@ -51,7 +53,9 @@ pub mod enqueue_ack;
 pub mod ephemeral;
 pub mod errors;
 pub mod fanout;
+pub mod fencing;
 pub mod forward;
+pub mod groups;
 pub mod inert_settings;
 pub mod internal;
 pub mod kafka;

@@ -196,6 +196,8 @@ async fn serve(config: &BrokerConfig, meta: &MetaNode, slot: BrokerSlot) -> anyh
     let broker = Broker::start(config, meta.handle().clone(), metrics.clone())
         .await
         .context("start the broker")?;
+    // Consumer groups' once-a-second pass (lapsed dead letters, compaction, gauges).
+    tokio::spawn(felix_gateway::groups::sweep::run(Arc::downgrade(&broker)));
     let _ = slot.set(Arc::downgrade(&broker));
     let result = listen(config, &broker, metrics).await;
     if result.is_err() {

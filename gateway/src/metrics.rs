@@ -95,6 +95,8 @@ pub struct Metrics {
     pub tier_store_gets: Counter,
     pub tier_store_get_bytes: Counter,
     pub tier_store_puts: Counter,
+    /// Consumer groups (`groups/metrics.rs`).
+    pub groups: crate::groups::metrics::GroupMetrics,
 }
 
 impl Default for Metrics {
@@ -145,6 +147,7 @@ impl Metrics {
             tier_store_gets: Counter::default(),
             tier_store_get_bytes: Counter::default(),
             tier_store_puts: Counter::default(),
+            groups: Default::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
@@ -333,6 +336,7 @@ impl Metrics {
         // Series whose label values are known from the start exist from the start, at 0, so
         // the first event of each kind shows in `increase()` (a series that appears with its
         // first event at 1 is invisible to it).
+        m.groups.register(&mut registry);
         for listener in ["quic", "kafka"] {
             let _ = m.connections_refused.get_or_create(&ListenerLabel {
                 listener: listener.to_owned(),

@@ -277,7 +277,7 @@ impl Broker {
     /// In a cluster, before an acknowledgement goes out: on a Quorum stream, waits until the
     /// quorum mark (recorded in the control plane) covers `last`, at most
     /// `publish_quorum_timeout_ms`; on a Leader stream, re-checks the lease.
-    async fn await_replicated(
+    pub(crate) async fn await_replicated(
         &self,
         shard: &Shard,
         last: u64,

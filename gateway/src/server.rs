@@ -515,6 +515,44 @@ async fn handle_stream(
             Ok((shards, brokers)) => Response::Topology { shards, brokers },
             Err(e) => Response::Error(e),
         },
+        Request::PublishIf {
+            tenant,
+            namespace,
+            stream,
+            shard,
+            expected_offset,
+        } => match broker
+            .publish_if(
+                &tenant,
+                &namespace,
+                &stream,
+                shard,
+                expected_offset,
+                frame.body,
+            )
+            .await
+        {
+            Ok((base_offset, last_offset)) => Response::Published {
+                shard,
+                base_offset,
+                last_offset,
+            },
+            Err(e) => Response::Error(e),
+        },
+        Request::Group(request) => {
+            // A client that goes away ends its parked poll (which then claims nothing);
+            // a poll's answer carries its records as a body.
+            let stopped = send.stopped();
+            let (response, body) = tokio::select! {
+                answer = crate::groups::requests::serve(&broker, request) => answer,
+                _ = stopped => return,
+            };
+            let frame = Frame::new(FrameKind::Response, &response, body);
+            let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
+            let _ = send.write_all_chunks(&mut chunks).await;
+            let _ = send.finish();
+            return;
+        }
     };
     respond(&mut send, &response).await;
     let _ = send.finish();

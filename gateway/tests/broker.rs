@@ -22,6 +22,8 @@ mod broker {
     mod ephemeral;
     mod fanout;
     mod felixctl;
+    mod fencing;
+    mod groups;
     mod idempotence;
     mod internal_auth;
     mod kafka;

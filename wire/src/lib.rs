@@ -11,6 +11,7 @@
 //! * [`codec`] — the compression codecs of a batch's records ([`Compression`]).
 //! * [`protocol`] — the QUIC client protocol: frames, requests, responses, events, error
 //!   codes and feature bits (documented in docs/protocol.md).
+//! * [`groups`] — the consumer-group requests and answers inside the protocol.
 //! * [`murmur2`] — the key → shard hash (Kafka's default partitioner).
 //! * [`record`] — the records inside a batch: encoding a batch from records
 //!   ([`BatchBuilder`], [`RecordFields`] for one record) and decoding one back.
@@ -22,6 +23,7 @@ pub mod batch;
 pub mod checked;
 pub mod codec;
 pub mod error;
+pub mod groups;
 pub mod murmur2;
 pub mod oidc;
 pub mod protocol;

@@ -451,6 +451,18 @@ pub enum Request {
         namespace: String,
         stream: String,
     },
+    /// Single-writer fencing: the body's one batch is written only if the shard's next
+    /// offset is `expected_offset`, else refused with `expected_offset_mismatch` carrying
+    /// the actual one in `next_offset`. Answered `Published` after the write.
+    PublishIf {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        shard: u32,
+        expected_offset: u64,
+    },
+    /// A consumer-group request ([`crate::groups`]).
+    Group(crate::groups::GroupRequest),
 }
 
 /// A response: the header of a `Response` frame.
@@ -508,6 +520,8 @@ pub enum Response {
     OidcIssuers {
         issuers: Vec<OidcIssuerSpec>,
     },
+    /// The answer to a consumer-group request ([`crate::groups`]).
+    Group(crate::groups::GroupResponse),
     Error(ErrorBody),
 }
 
@@ -570,6 +584,10 @@ pub struct ErrorBody {
     /// For `offset_too_old`: the earliest offset the shard still holds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub earliest_offset: Option<u64>,
+    /// For `expected_offset_mismatch`: the actual offset (a shard's next offset, or a
+    /// group's position on the shard).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
     /// For `not_leader`: the broker that leads the shard and its QUIC address, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<u64>,
@@ -624,6 +642,15 @@ pub mod codes {
     /// The token is valid but does not grant the action (reason `forbidden`); the message
     /// names the action and nothing of the resource. Not retryable with the same token.
     pub const FORBIDDEN: u16 = 25;
+    /// No consumer group of that name on the stream (reason `unknown_group`).
+    pub const UNKNOWN_GROUP: u16 = 26;
+    /// An answer to a claim that is no longer the caller's: its deadline passed
+    /// (`claim_expired`), or the record is not claimed by this consumer at this attempt
+    /// (`not_claimed_by_you`). Nothing of the request was applied.
+    pub const CLAIM_NOT_HELD: u16 = 27;
+    /// `publish_if` or a group `commit` found another offset than expected (reason
+    /// `expected_offset_mismatch`); `next_offset` carries the actual one. Nothing written.
+    pub const EXPECTED_OFFSET_MISMATCH: u16 = 28;
 }
 
 impl ErrorBody {
@@ -636,6 +663,7 @@ impl ErrorBody {
             retry_after_ms: None,
             resume_offset: None,
             earliest_offset: None,
+            next_offset: None,
             leader: None,
             leader_addr: None,
             detail: Some(ErrorDetail {

@@ -9,6 +9,7 @@
 //! request cannot be added without deciding its check.
 
 use felix_meta::auth::{Action, Resource};
+use felix_wire::groups::GroupRequest;
 use felix_wire::protocol::{ErrorBody, Request};
 
 use super::access::{AccessControl, Credential};
@@ -116,7 +117,34 @@ pub fn check_for(request: &Request) -> Check {
             namespace,
             stream: name,
         } => Check::View(Action::StreamSubscribe, stream(tenant, namespace, name)),
+        R::PublishIf {
+            tenant,
+            namespace,
+            stream: name,
+            ..
+        } => Check::Action(Action::StreamPublish, stream(tenant, namespace, name)),
         R::ProducerInit {} => Check::Authenticated,
+        R::Group(g) => group_check(g),
+    }
+}
+
+/// Consuming (poll, ack, nack, extend, commit) needs `group.consume` on the group's stream;
+/// creating, altering and deleting a group `stream.manage`; describing and listing any grant on the stream.
+fn group_check(g: &GroupRequest) -> Check {
+    let (tenant, namespace, name) = g.stream();
+    let on = Resource::stream(tenant, namespace, name);
+    match g {
+        GroupRequest::Create { .. } | GroupRequest::Alter { .. } | GroupRequest::Delete { .. } => {
+            Check::Action(Action::StreamManage, on)
+        }
+        GroupRequest::Describe { .. } | GroupRequest::List { .. } => {
+            Check::View(Action::GroupConsume, on)
+        }
+        GroupRequest::Poll { .. }
+        | GroupRequest::Ack { .. }
+        | GroupRequest::Nack { .. }
+        | GroupRequest::Extend { .. }
+        | GroupRequest::Commit { .. } => Check::Action(Action::GroupConsume, on),
     }
 }
 

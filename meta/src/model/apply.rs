@@ -155,6 +155,7 @@ impl MetaState {
                 self.replication.retain(|k, _| !gone(k));
                 self.manifests.retain(|k, _| !gone(k));
                 self.manifest_floors.retain(|k, _| !gone(k));
+                self.drop_groups_of(tenant, namespace, name);
                 Ok(Applied::Done)
             }
             Command::ObjectsDeleted {
@@ -249,6 +250,27 @@ impl MetaState {
             | Command::SetBootstrapToken { .. }
             | Command::PutOidcIssuer { .. }
             | Command::DeleteOidcIssuer { .. } => self.apply_auth(cmd),
+            Command::CreateGroup {
+                tenant,
+                namespace,
+                stream,
+                name,
+                settings,
+                created_ms,
+            } => self.create_group(tenant, namespace, stream, name, settings, *created_ms),
+            Command::AlterGroup {
+                tenant,
+                namespace,
+                stream,
+                name,
+                settings,
+            } => self.alter_group(tenant, namespace, stream, name, settings),
+            Command::DeleteGroup {
+                tenant,
+                namespace,
+                stream,
+                name,
+            } => self.delete_group(tenant, namespace, stream, name),
             Command::Batch { commands } => {
                 let results = commands.iter().map(|c| self.apply(c)).collect();
                 Ok(Applied::Batch { results })
@@ -290,7 +312,10 @@ impl MetaState {
             | Command::RecordObject { .. }
             | Command::TrimManifest { .. }
             | Command::ReportReplicas { .. }
-            | Command::AllocateProducerIds { .. } => false,
+            | Command::AllocateProducerIds { .. }
+            | Command::CreateGroup { .. }
+            | Command::AlterGroup { .. }
+            | Command::DeleteGroup { .. } => false,
             Command::AddSigningKey { .. }
             | Command::PutRole { .. }
             | Command::DeleteRole { .. }

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::errors::CommandError;
+use super::groups::GroupSettings;
 use super::names::ShardKey;
 use super::settings::{StreamSettings, StreamSettingsPatch};
 use super::state::{Broker, SegmentEntry, TierState};
@@ -180,6 +181,30 @@ pub enum Command {
     /// exchanged live out their short lifetime).
     DeleteOidcIssuer {
         issuer: String,
+    },
+    /// Creates a consumer group of a durable stream (see `groups.rs`).
+    CreateGroup {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        name: String,
+        settings: GroupSettings,
+        /// The proposer's clock, carried as a value.
+        created_ms: i64,
+    },
+    /// Replaces a group's settings (not its start position).
+    AlterGroup {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        name: String,
+        settings: GroupSettings,
+    },
+    DeleteGroup {
+        tenant: String,
+        namespace: String,
+        stream: String,
+        name: String,
     },
     /// Several commands in one log entry, applied in order; each has its own answer. The
     /// proposer batches commands that queue up while a Raft write is in flight.

@@ -21,13 +21,17 @@
 //! * `manifest.rs` — a shard's segment manifest: no gap, no overlap.
 //! * `auth.rs` — signing keys, roles, bindings, revocations and the bootstrap token
 //!   (the state itself and the token logic are in [`crate::auth`]).
+//! * `groups.rs` — consumer groups: which exist and their settings (not their progress);
+//!   `apply_groups.rs` applies their commands.
 //! * [`shard_map`] — the serde form of maps keyed by a shard.
 
 mod apply;
+mod apply_groups;
 mod auth;
 mod command;
 mod epochs;
 mod errors;
+mod groups;
 mod manifest;
 mod names;
 mod placement;
@@ -37,6 +41,9 @@ mod state;
 
 pub use command::{Applied, Command};
 pub use errors::CommandError;
+pub use groups::{
+    Group, GroupSettings, GroupStart, MAX_ATTEMPTS, MAX_VISIBILITY_TIMEOUT_MS, group_key,
+};
 pub use names::{MAX_NAME_LEN, ShardKey, stream_key};
 pub use placement::placed_replicas;
 pub use settings::{Consistency, Durability, StreamSettings, StreamSettingsPatch};

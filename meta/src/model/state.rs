@@ -145,4 +145,10 @@ pub struct MetaState {
     /// (`crate::auth` reads it; `auth.rs` here applies changes to it).
     #[serde(default)]
     pub auth: AuthState,
+    /// "tenant/namespace/stream/group" → consumer group (`groups.rs`).
+    #[serde(default)]
+    pub groups: BTreeMap<String, super::groups::Group>,
+    /// Groups created so far: the last [`Group::id`](super::groups::Group::id) handed out.
+    #[serde(default)]
+    pub group_ids: u64,
 }

@@ -19,6 +19,8 @@ Examples:
   seq 1 1000 | felixctl publish acme/prod/orders --output jsonl
   felixctl publish acme/prod/orders --count 100000 --size 1024 --compression lz4
   felixctl subscribe acme/prod/orders --from earliest --count 10 --output jsonl
+  felixctl group create acme/prod/orders billing --visibility-timeout 30s --dead-letter acme/prod/orders-dlq
+  felixctl group consume acme/prod/orders billing --count 10 --wait 5s --output jsonl
   felixctl segments acme/prod/orders --output jsonl
   felixctl stream alter acme/prod/orders --retention-ms 7d --hot-retention-bytes 10GiB
   felixctl token create --tenant acme --allow stream.publish:acme/prod/* --ttl 1h
@@ -93,6 +95,9 @@ pub(crate) enum Command {
     Publish(PublishArgs),
     /// Print a stream's records as they arrive (all shards unless --shard).
     Subscribe(SubscribeArgs),
+    /// Consumer groups: create, describe, list, delete, consume (ack per record).
+    #[command(subcommand)]
+    Group(crate::groups::GroupCommand),
     /// Mint and revoke tokens.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -375,7 +380,7 @@ pub(crate) enum StreamCommand {
     },
 }
 
-type StreamPath = (String, String, String);
+pub(crate) type StreamPath = (String, String, String);
 
 /// Stream settings (each maps to the StreamConfig field of the same name).
 #[derive(Args, Debug, Default)]

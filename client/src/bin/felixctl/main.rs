@@ -4,12 +4,14 @@
 //! published), 2 a usage error.
 //!
 //! Modules: `args` the command line, `output` how results print, one module per command
-//! family (`streams`, `publish`, `subscribe`, `auth`: tokens, roles, keys and which token
-//! felixctl presents; `oidc`: trusted issuers and `login`). felixctl talks to the broker named by
+//! family (`streams`, `publish`, `subscribe`, `groups`, `auth`: tokens, roles, keys and
+//! which token felixctl presents; `oidc`: trusted issuers and `login`). felixctl talks to the
+//! broker named by
 //! `--broker` through a pinned [`Connection`]: what it shows is what that broker answers.
 
 mod args;
 mod auth;
+mod groups;
 mod oidc;
 mod output;
 mod publish;
@@ -84,6 +86,21 @@ async fn run(mut cli: Cli) -> anyhow::Result<u8> {
         Command::Stream(cmd) => streams::stream_command(&client, cmd).await?,
         Command::Publish(args) => publish::publish(&client, args).await?,
         Command::Subscribe(args) => subscribe::subscribe(&client, &cli.global, args).await?,
+        Command::Group(cmd) => {
+            // A group's shards are served by their leaders: a cluster client follows them.
+            let seeds: Vec<String> = cli
+                .global
+                .broker
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_owned)
+                .collect();
+            let cluster = felix_client::Client::connect(seeds, client_config(&cli.global))
+                .await
+                .context("connecting to the cluster")?;
+            groups::group_command(&cluster, cmd).await?
+        }
         Command::Token(cmd) => auth::token_command(&client, cmd).await?,
         Command::Role(cmd) => auth::role_command(&client, cmd).await?,
         Command::Key(cmd) => auth::key_command(&client, cmd).await?,

@@ -1,0 +1,442 @@
+//! One group's progress on one shard: which records are claimed, by whom and until when,
+//! which wait for redelivery, how often each was handed out, and what is retired.
+//!
+//! Decides nothing by itself about I/O: every change is an [`Event`], applied here the same
+//! way when it happens and when the journal is replayed after a restart, so the progress in
+//! memory is always the journal's replay. The invariant: an offset below `next` that is not
+//! in `pending` is retired (acknowledged, dead-lettered, or skipped as removed by
+//! retention) and is never handed out again; an offset in `pending` carries the number of
+//! times it was handed out, written before the record was.
+
+use std::collections::{BTreeMap, HashMap};
+
+use felix_wire::groups::{ClaimRef, GroupShardInfo, reasons};
+use felix_wire::protocol::{ErrorBody, codes};
+use serde::{Deserialize, Serialize};
+
+/// Now, in the milliseconds since the Unix epoch that deadlines are kept in (wall clock:
+/// a claim's deadline survives a restart).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Who holds a pending record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "hold", rename_all = "snake_case")]
+pub(crate) enum Hold {
+    /// Handed to `consumer` until `deadline_ms`; after it, due for redelivery.
+    Claimed { consumer: String, deadline_ms: i64 },
+    /// Released by a nack: due for redelivery from `not_before_ms`.
+    Released { not_before_ms: i64 },
+}
+
+/// A record handed out at least once and not retired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Pending {
+    /// Deliveries so far (1 after the first).
+    pub attempts: u32,
+    pub hold: Hold,
+    /// The last nack's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Set once dead-lettering began: the dead-letter shard and the producer sequence its
+    /// copy was (or is being) published with, so a retry publishes the same batch and the
+    /// dead-letter shard's leader recognises it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<(u32, i32)>,
+}
+
+impl Pending {
+    /// Whether it may be handed out (or dead-lettered) now.
+    pub(crate) fn due(&self, now_ms: i64) -> bool {
+        match &self.hold {
+            Hold::Claimed { deadline_ms, .. } => *deadline_ms <= now_ms,
+            Hold::Released { not_before_ms } => *not_before_ms <= now_ms,
+        }
+    }
+
+    /// Whether it has had its last delivery and is to be dead-lettered: its last claim
+    /// lapsed or was nacked (a nack with a delay does not wait it out).
+    pub(crate) fn exhausted(&self, max_attempts: u32, now_ms: i64) -> bool {
+        self.dead_letter.is_some()
+            || (self.attempts >= max_attempts
+                && (matches!(self.hold, Hold::Released { .. }) || self.due(now_ms)))
+    }
+}
+
+/// What the journal keeps of a group on a shard (and what a snapshot holds).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Progress {
+    /// The next offset never handed out; `None` until the start position is resolved.
+    pub next: Option<u64>,
+    pub pending: BTreeMap<u64, Pending>,
+    pub acked: u64,
+    pub dead_lettered: u64,
+    /// The idempotent producer dead letters are published with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producer: Option<(i64, i16)>,
+    /// Dead-letter shard → the next sequence of `producer` there.
+    #[serde(default)]
+    pub sequences: BTreeMap<u32, i32>,
+}
+
+/// A change to a group's progress on a shard: the unit of the journal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "e", rename_all = "snake_case")]
+pub(crate) enum Event {
+    /// Nothing below `to` is to be handed out (the start position; retention removed it).
+    Skip {
+        to: u64,
+    },
+    /// Records handed to `consumer` until `deadline_ms`, each with its attempt number;
+    /// `next` is the new read position.
+    Claim {
+        consumer: String,
+        deadline_ms: i64,
+        records: Vec<(u64, u32)>,
+        next: u64,
+    },
+    Ack {
+        offsets: Vec<u64>,
+    },
+    Release {
+        offsets: Vec<u64>,
+        not_before_ms: i64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    Extend {
+        offsets: Vec<u64>,
+        deadline_ms: i64,
+    },
+    Producer {
+        id: i64,
+        epoch: i16,
+    },
+    /// Dead-lettering of `offset` began as sequence `seq` on dead-letter shard `shard`.
+    DeadLetterBegin {
+        offset: u64,
+        shard: u32,
+        seq: i32,
+    },
+    /// `offset` was dead-lettered (or retired without a dead-letter stream) and counted.
+    Retire {
+        offset: u64,
+    },
+    /// The whole progress (compaction).
+    Snapshot {
+        progress: Progress,
+    },
+}
+
+/// A group's progress on a shard, and who was seen lately (memory only).
+#[derive(Debug, Default)]
+pub(crate) struct Cursor {
+    /// The group's id in the control plane: progress of an older group of the same name
+    /// is never taken for this one's.
+    pub id: u64,
+    pub progress: Progress,
+    pub seen: HashMap<String, i64>,
+}
+
+/// How long a consumer counts as seen after its last request.
+const SEEN_FOR_MS: i64 = 60_000;
+
+impl Cursor {
+    pub(crate) fn new(id: u64) -> Cursor {
+        Cursor {
+            id,
+            ..Cursor::default()
+        }
+    }
+
+    /// Applies one event (live or replayed).
+    pub(crate) fn apply(&mut self, event: &Event) {
+        let p = &mut self.progress;
+        match event {
+            Event::Skip { to } => {
+                p.pending.retain(|o, _| o >= to);
+                p.next = Some(p.next.unwrap_or(0).max(*to));
+            }
+            Event::Claim {
+                consumer,
+                deadline_ms,
+                records,
+                next,
+            } => {
+                for (offset, attempt) in records {
+                    let entry = p.pending.entry(*offset).or_insert(Pending {
+                        attempts: 0,
+                        hold: Hold::Released { not_before_ms: 0 },
+                        reason: None,
+                        dead_letter: None,
+                    });
+                    entry.attempts = *attempt;
+                    entry.hold = Hold::Claimed {
+                        consumer: consumer.clone(),
+                        deadline_ms: *deadline_ms,
+                    };
+                }
+                p.next = Some(p.next.unwrap_or(0).max(*next));
+            }
+            Event::Ack { offsets } => {
+                for o in offsets {
+                    if p.pending.remove(o).is_some() {
+                        p.acked += 1;
+                    }
+                }
+            }
+            Event::Release {
+                offsets,
+                not_before_ms,
+                reason,
+            } => {
+                for o in offsets {
+                    if let Some(e) = p.pending.get_mut(o) {
+                        e.hold = Hold::Released {
+                            not_before_ms: *not_before_ms,
+                        };
+                        e.reason = reason.clone();
+                    }
+                }
+            }
+            Event::Extend {
+                offsets,
+                deadline_ms,
+            } => {
+                for o in offsets {
+                    if let Some(Pending {
+                        hold: Hold::Claimed { deadline_ms: d, .. },
+                        ..
+                    }) = p.pending.get_mut(o)
+                    {
+                        *d = *deadline_ms;
+                    }
+                }
+            }
+            Event::Producer { id, epoch } => {
+                p.producer = Some((*id, *epoch));
+                p.sequences.clear();
+            }
+            Event::DeadLetterBegin { offset, shard, seq } => {
+                if let Some(e) = p.pending.get_mut(offset) {
+                    e.dead_letter = Some((*shard, *seq));
+                }
+                let next = p.sequences.entry(*shard).or_insert(0);
+                *next = (*next).max(seq.wrapping_add(1));
+            }
+            Event::Retire { offset } => {
+                if p.pending.remove(offset).is_some() {
+                    p.dead_lettered += 1;
+                }
+            }
+            Event::Snapshot { progress } => self.progress = progress.clone(),
+        }
+    }
+
+    /// Notes a consumer's request.
+    pub(crate) fn saw(&mut self, consumer: &str, now_ms: i64) {
+        if self.seen.len() > 1024 {
+            self.seen.retain(|_, t| now_ms - *t < SEEN_FOR_MS);
+        }
+        self.seen.insert(consumer.to_owned(), now_ms);
+    }
+
+    /// Checks that `consumer` holds `claim` now: the answer to it may be applied.
+    /// `Ok(false)`: the record is retired already (a re-sent answer), nothing to apply.
+    pub(crate) fn holds(
+        &self,
+        consumer: &str,
+        claim: &ClaimRef,
+        now_ms: i64,
+    ) -> Result<bool, ErrorBody> {
+        let p = &self.progress;
+        let Some(entry) = p.pending.get(&claim.offset) else {
+            if p.next.is_some_and(|n| claim.offset < n) {
+                return Ok(false);
+            }
+            return Err(not_claimed(claim));
+        };
+        match &entry.hold {
+            Hold::Claimed {
+                consumer: c,
+                deadline_ms,
+            } if c == consumer && entry.attempts == claim.attempt => {
+                if *deadline_ms > now_ms && entry.dead_letter.is_none() {
+                    Ok(true)
+                } else {
+                    Err(expired(claim))
+                }
+            }
+            _ if claim.attempt < entry.attempts => Err(expired(claim)),
+            _ => Err(not_claimed(claim)),
+        }
+    }
+
+    /// Everything below this offset is retired: the group's position on the shard.
+    pub(crate) fn position(&self) -> u64 {
+        let p = &self.progress;
+        p.pending
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(p.next.unwrap_or(0))
+    }
+
+    /// The progress as `describe` shows it; `end` is the shard's readable end.
+    pub(crate) fn info(&self, shard: u32, end: u64, now_ms: i64) -> GroupShardInfo {
+        let p = &self.progress;
+        let next = p.next.unwrap_or(0);
+        let in_flight = p.pending.values().filter(|e| !e.due(now_ms)).count() as u64;
+        let mut consumers: Vec<String> = self
+            .seen
+            .iter()
+            .filter(|(_, t)| now_ms - **t < SEEN_FOR_MS)
+            .map(|(c, _)| c.clone())
+            .collect();
+        consumers.sort();
+        GroupShardInfo {
+            shard,
+            acked_up_to: self.position(),
+            next_offset: next,
+            in_flight,
+            waiting: p.pending.len() as u64 - in_flight,
+            backlog: end.saturating_sub(next),
+            acked: p.acked,
+            dead_lettered: p.dead_lettered,
+            consumers,
+        }
+    }
+}
+
+fn expired(claim: &ClaimRef) -> ErrorBody {
+    ErrorBody::new(
+        codes::CLAIM_NOT_HELD,
+        reasons::CLAIM_EXPIRED,
+        format!(
+            "the claim on offset {} (attempt {}) lapsed: the record is due for redelivery or \
+             was handed out again",
+            claim.offset, claim.attempt
+        ),
+    )
+}
+
+fn not_claimed(claim: &ClaimRef) -> ErrorBody {
+    ErrorBody::new(
+        codes::CLAIM_NOT_HELD,
+        reasons::NOT_CLAIMED,
+        format!(
+            "offset {} (attempt {}) is not claimed by this consumer",
+            claim.offset, claim.attempt
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim(c: &mut Cursor, consumer: &str, offsets: &[(u64, u32)], deadline: i64, next: u64) {
+        c.apply(&Event::Claim {
+            consumer: consumer.into(),
+            deadline_ms: deadline,
+            records: offsets.to_vec(),
+            next,
+        });
+    }
+
+    #[test]
+    fn only_the_holder_within_its_deadline_may_answer() {
+        let mut c = Cursor::new(1);
+        c.apply(&Event::Skip { to: 10 });
+        claim(&mut c, "a", &[(10, 1), (11, 1)], 100, 12);
+        let r = |offset, attempt| ClaimRef { offset, attempt };
+        assert_eq!(c.holds("a", &r(10, 1), 50), Ok(true));
+        let reason = |e: ErrorBody| e.reason;
+        assert_eq!(
+            c.holds("b", &r(10, 1), 50).map_err(reason),
+            Err("not_claimed_by_you".into())
+        );
+        assert_eq!(
+            c.holds("a", &r(10, 1), 100).map_err(reason),
+            Err("claim_expired".into())
+        );
+        assert_eq!(
+            c.holds("a", &r(12, 1), 50).map_err(reason),
+            Err("not_claimed_by_you".into())
+        );
+        // Lapsed and handed to b as attempt 2: a's answer is to an expired claim.
+        claim(&mut c, "b", &[(10, 2)], 300, 12);
+        assert_eq!(
+            c.holds("a", &r(10, 1), 150).map_err(reason),
+            Err("claim_expired".into())
+        );
+        c.apply(&Event::Ack { offsets: vec![10] });
+        // A re-sent ack of a retired record is answered without applying anything.
+        assert_eq!(c.holds("b", &r(10, 2), 150), Ok(false));
+        assert_eq!(c.progress.acked, 1);
+    }
+
+    #[test]
+    fn replaying_events_gives_the_same_progress_as_a_snapshot() {
+        let mut live = Cursor::new(1);
+        let events = vec![
+            Event::Skip { to: 0 },
+            Event::Claim {
+                consumer: "a".into(),
+                deadline_ms: 10,
+                records: vec![(0, 1), (1, 1), (2, 1)],
+                next: 3,
+            },
+            Event::Ack { offsets: vec![0] },
+            Event::Release {
+                offsets: vec![1],
+                not_before_ms: 5,
+                reason: Some("bad".into()),
+            },
+            Event::Producer { id: 7, epoch: 0 },
+            Event::DeadLetterBegin {
+                offset: 1,
+                shard: 0,
+                seq: 0,
+            },
+            Event::Retire { offset: 1 },
+        ];
+        for e in &events {
+            live.apply(e);
+        }
+        let mut replayed = Cursor::new(1);
+        replayed.apply(&Event::Snapshot {
+            progress: live.progress.clone(),
+        });
+        assert_eq!(replayed.progress, live.progress);
+        assert_eq!(live.progress.pending.keys().collect::<Vec<_>>(), vec![&2]);
+        assert_eq!((live.progress.acked, live.progress.dead_lettered), (1, 1));
+        assert_eq!(live.progress.sequences.get(&0), Some(&1));
+        let info = live.info(0, 10, 0);
+        assert_eq!((info.acked_up_to, info.in_flight, info.backlog), (2, 1, 7));
+    }
+
+    #[test]
+    fn a_record_is_exhausted_after_its_last_delivery_lapses_or_is_nacked() {
+        let p = Pending {
+            attempts: 3,
+            hold: Hold::Claimed {
+                consumer: "a".into(),
+                deadline_ms: 10,
+            },
+            reason: None,
+            dead_letter: None,
+        };
+        assert!(!p.exhausted(3, 5));
+        assert!(p.exhausted(3, 10));
+        assert!(!p.exhausted(4, 10));
+        let nacked = Pending {
+            hold: Hold::Released { not_before_ms: 99 },
+            ..p
+        };
+        assert!(nacked.exhausted(3, 5));
+    }
+}

@@ -1,0 +1,178 @@
+//! Consumer groups (docs/groups.md): acknowledgement per record, a visibility timeout,
+//! redelivery with attempt numbers, and dead letters, on a durable stream.
+//!
+//! * [`cursor`] — one group's progress on one shard and the events that change it.
+//! * [`journal`] — where that progress is durable: a log beside each shard's log.
+//! * `poll.rs` — handing records out (claims), long-polls, the quorum mark as the bound.
+//! * `answers.rs` — ack, nack and extend.
+//! * `commit.rs` — a position committed with `expected_offset` (single-writer fencing).
+//! * `dead_letter.rs` — publishing exhausted records to the dead-letter stream, once.
+//! * `admin.rs` — create, describe, list, delete (existence and settings are the control
+//!   plane's).
+//! * `requests.rs` — the QUIC requests, answered.
+//! * `registry.rs` — the journals open on this broker and each group's cursor in them.
+//! * `sweep.rs` — the once-a-second pass: lapsed dead letters, compaction, gauges.
+//! * [`metrics`] — the per-group metrics.
+//!
+//! Invariant: a group's progress on a shard is changed only by the broker leading the
+//! shard, under that group's lock, and every change is in the shard's group journal before
+//! the request that made it is answered; in particular a record's attempt number is
+//! written before the record is handed out.
+
+pub(crate) mod answers;
+pub(crate) mod commit;
+pub(crate) mod cursor;
+pub(crate) mod dead_letter;
+pub(crate) mod journal;
+pub mod metrics;
+pub(crate) mod poll;
+pub(crate) mod registry;
+pub mod requests;
+pub mod sweep;
+
+mod admin;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use felix_meta::model::{Group, ShardKey, group_key};
+use felix_wire::protocol::{ErrorBody, codes};
+
+use crate::broker::Broker;
+use crate::errors::{err, log_error};
+use crate::metrics::Metrics;
+use crate::shard::shard_key;
+pub(crate) use cursor::now_ms;
+pub(crate) use registry::GroupShard;
+
+impl Broker {
+    /// The group `name` of a stream, from the local copy of the control plane.
+    pub(crate) fn group(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        name: &str,
+    ) -> Result<Group, ErrorBody> {
+        self.node.stream_settings(tenant, namespace, stream)?;
+        self.node
+            .meta
+            .local(|s| {
+                s.groups
+                    .get(&group_key(tenant, namespace, stream, name))
+                    .cloned()
+            })
+            .ok_or_else(|| {
+                err(
+                    codes::UNKNOWN_GROUP,
+                    "unknown_group",
+                    format!("unknown group {name} of stream {tenant}/{namespace}/{stream}"),
+                )
+            })
+    }
+
+    /// The group journal of a shard this broker leads (opened on first use).
+    pub(crate) async fn group_shard(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+    ) -> Result<Arc<GroupShard>, ErrorBody> {
+        let key = shard_key(tenant, namespace, stream, shard_no);
+        let (shard, _) = self.shard(&key)?;
+        if shard.log.is_none() {
+            return Err(err(
+                codes::INVALID_ARGUMENT,
+                "ephemeral_stream",
+                format!("stream {tenant}/{namespace}/{stream} is ephemeral: it has no groups"),
+            ));
+        }
+        let mut open = self.groups.open.lock().await;
+        if let Some(g) = open.get(&key)
+            && Arc::ptr_eq(&g.shard, &shard)
+        {
+            return Ok(g.clone());
+        }
+        // A re-created stream's shard: its journal is another one (the stream directory
+        // was claimed for the new incarnation when the shard was opened).
+        open.remove(&key);
+        let dir = self
+            .shards
+            .stream_dir(tenant, namespace, stream)
+            .join("groups")
+            .join(shard_no.to_string());
+        let fsync = self.node.config.fsync_policy();
+        let name = format!("{key}/groups");
+        let (log, cursors, records) =
+            tokio::task::spawn_blocking(move || journal::open(&dir, name, fsync))
+                .await
+                .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))?
+                .map_err(|e| log_error(&e))?;
+        let g = Arc::new(GroupShard {
+            key: key.clone(),
+            shard,
+            log,
+            cursors: parking_lot::Mutex::new(
+                cursors
+                    .into_iter()
+                    .map(|(k, c)| (k, Arc::new(tokio::sync::Mutex::new(c))))
+                    .collect(),
+            ),
+            appended: AtomicU64::new(records),
+            compacting: tokio::sync::Mutex::new(()),
+        });
+        open.insert(key, g.clone());
+        Ok(g)
+    }
+
+    /// Closes the group journals (at shutdown): their writers flush.
+    pub(crate) async fn close_groups(&self) {
+        let open: Vec<Arc<GroupShard>> = self
+            .groups
+            .open
+            .lock()
+            .await
+            .drain()
+            .map(|(_, g)| g)
+            .collect();
+        for g in open {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), g.log.sync()).await;
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts records handed out by a poll.
+    pub(crate) fn group_handed_out(&self, key: &ShardKey, group: &str, first: u64, again: u64) {
+        if first + again == 0 {
+            return;
+        }
+        let l = metrics::GroupLabel::of(key, group);
+        self.groups
+            .delivered
+            .get_or_create(&l)
+            .inc_by(first + again);
+        if again > 0 {
+            self.groups.redelivered.get_or_create(&l).inc_by(again);
+        }
+    }
+
+    pub(crate) fn group_acked(&self, key: &ShardKey, group: &str, n: u64) {
+        if n > 0 {
+            self.groups
+                .acked
+                .get_or_create(&metrics::GroupLabel::of(key, group))
+                .inc_by(n);
+        }
+    }
+
+    pub(crate) fn group_dead_lettered(&self, key: &ShardKey, group: &str, n: u64) {
+        if n > 0 {
+            self.groups
+                .dead_lettered
+                .get_or_create(&metrics::GroupLabel::of(key, group))
+                .inc_by(n);
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! Handing records out: a poll claims up to N records of one shard for one consumer.
+//!
+//! Decides which records a poll gets and in what order: first records due for redelivery
+//! (a lapsed claim or a nack whose delay passed), lowest offset first, each with its attempt
+//! number plus one; then records never handed out, from the group's read position. The
+//! invariants: a poll never returns a record at or past the shard's readable end (the
+//! quorum mark on a replicated shard: [`Broker::fetch`] is bounded by it); a record's claim,
+//! with its attempt number, is in the journal before the poll is answered; a record already
+//! claimed and within its deadline is handed to no one. A poll with a wait parks on the
+//! shard's readable end and on the next redelivery time, and costs nothing meanwhile.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use felix_meta::model::{Group, GroupStart};
+use felix_wire::groups::ClaimedMeta;
+use felix_wire::protocol::{ErrorBody, codes};
+use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
+use felix_wire::{BatchBuilder, BatchHeader, BatchIter, Compression, DecodedBatch, Record};
+use tokio::time::Instant;
+
+use super::cursor::{Cursor, Event};
+use super::{GroupShard, now_ms};
+use crate::broker::Broker;
+use crate::errors::err;
+
+/// Most records one poll hands out (each is a line of the answer's header).
+pub const MAX_POLL_RECORDS: u32 = 500;
+/// Longest wait of one poll.
+pub const MAX_POLL_WAIT_MS: u64 = 5 * 60 * 1000;
+/// Bytes a poll reads when it does not say.
+const DEFAULT_POLL_BYTES: u64 = 1 << 20;
+/// Bytes read from the shard at a time for new records: a poll of a few records does not
+/// read (and copy) megabytes of the log it will not hand out.
+const FETCH_CHUNK: usize = 256 << 10;
+/// Reads of [`FETCH_CHUNK`] one poll makes at most.
+const FETCH_ROUNDS: usize = 16;
+/// Longest consumer name.
+pub const MAX_CONSUMER_LEN: usize = 128;
+
+/// One poll's arguments.
+pub(crate) struct Poll<'a> {
+    pub tenant: &'a str,
+    pub namespace: &'a str,
+    pub stream: &'a str,
+    pub group: &'a str,
+    pub shard: u32,
+    pub consumer: &'a str,
+    pub max_records: u32,
+    pub max_bytes: u64,
+    pub wait_ms: u64,
+}
+
+/// What a poll handed out: each record's claim, and the stored batches holding them (which
+/// may hold other records too: the client keeps only those named).
+#[derive(Default)]
+pub(crate) struct Claimed {
+    pub records: Vec<ClaimedMeta>,
+    pub body: Bytes,
+}
+
+pub(crate) fn check_consumer(consumer: &str) -> Result<(), ErrorBody> {
+    if consumer.is_empty() || consumer.len() > MAX_CONSUMER_LEN {
+        return Err(err(
+            codes::INVALID_ARGUMENT,
+            "invalid_argument",
+            format!("consumer must be 1-{MAX_CONSUMER_LEN} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+impl Broker {
+    /// A poll: claims records of one shard, waiting up to `wait_ms` for some to arrive.
+    pub(crate) async fn group_poll(&self, p: &Poll<'_>) -> Result<Claimed, ErrorBody> {
+        check_consumer(p.consumer)?;
+        if p.max_records == 0 || p.max_records > MAX_POLL_RECORDS {
+            return Err(err(
+                codes::INVALID_ARGUMENT,
+                "invalid_argument",
+                format!("max_records must be 1..={MAX_POLL_RECORDS}"),
+            ));
+        }
+        if p.wait_ms > MAX_POLL_WAIT_MS {
+            return Err(err(
+                codes::INVALID_ARGUMENT,
+                "invalid_argument",
+                format!("wait_ms must be at most {MAX_POLL_WAIT_MS}"),
+            ));
+        }
+        let until = Instant::now() + Duration::from_millis(p.wait_ms);
+        loop {
+            let group = self.group(p.tenant, p.namespace, p.stream, p.group)?;
+            let gs = self
+                .group_shard(p.tenant, p.namespace, p.stream, p.shard)
+                .await?;
+            // Watched before claiming: a record committed after the claim found nothing
+            // still wakes the wait.
+            let mut end = self.watch_high_watermark(p.tenant, p.namespace, p.stream, p.shard)?;
+            end.borrow_and_update();
+            let (claimed, next_due) = self.claim_once(&gs, &group, p).await?;
+            let now = Instant::now();
+            if !claimed.records.is_empty() || now >= until {
+                return Ok(claimed);
+            }
+            let wake = match next_due {
+                Some(due_ms) => {
+                    let in_ms = (due_ms - now_ms()).max(1) as u64;
+                    until.min(now + Duration::from_millis(in_ms))
+                }
+                None => until,
+            };
+            tokio::select! {
+                changed = end.changed() => if changed.is_err() {
+                    // The shard closed: the next round answers why.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                },
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// One round of a poll: claims what is there now. Also returns when the earliest
+    /// pending record falls due, for a poll that waits.
+    async fn claim_once(
+        &self,
+        gs: &GroupShard,
+        group: &Group,
+        p: &Poll<'_>,
+    ) -> Result<(Claimed, Option<i64>), ErrorBody> {
+        let mut c = gs.cursor(group).await;
+        let now = now_ms();
+        c.saw(p.consumer, now);
+        let mut tickets = Vec::new();
+        if c.progress.next.is_none() {
+            let to = self.group_start_offset(group, p.shard).await?;
+            tickets.push(
+                gs.record(&group.name, &mut c, vec![Event::Skip { to }])
+                    .await?,
+            );
+        }
+        if let Some(t) = super::dead_letter::settle(self, gs, group, &mut c, now).await {
+            tickets.push(t);
+        }
+        let max_records = p.max_records as usize;
+        let max_bytes = if p.max_bytes == 0 {
+            DEFAULT_POLL_BYTES
+        } else {
+            p.max_bytes
+        } as usize;
+        let max_attempts = group.settings.max_attempts;
+        let mut out = Handout::default();
+        let mut events = Vec::new();
+        let due: Vec<(u64, u32)> = c
+            .progress
+            .pending
+            .iter()
+            .filter(|(_, e)| e.due(now) && !e.exhausted(max_attempts, now))
+            .map(|(o, e)| (*o, e.attempts))
+            .take(max_records)
+            .collect();
+        if !due.is_empty() {
+            let offsets: BTreeSet<u64> = due.iter().map(|(o, _)| *o).collect();
+            let found = self.read_batches_at(gs, &offsets).await?;
+            for (offset, attempts) in due {
+                match found.get(&offset) {
+                    Some((base, batch)) => {
+                        if out.bytes >= max_bytes && !out.claims.is_empty() {
+                            break;
+                        }
+                        out.add_batch(*base, batch);
+                        out.claims.push((offset, attempts + 1));
+                    }
+                    // Removed by retention meanwhile: nothing left to hand out.
+                    None => events.push(Event::Retire { offset }),
+                }
+            }
+        }
+        let redelivered = out.claims.len() as u64;
+        let old_next = c.progress.next.unwrap_or(0);
+        let mut next = old_next;
+        if out.claims.len() < max_records && out.bytes < max_bytes {
+            next = self
+                .read_new(gs, next, max_records, max_bytes, &mut out, &mut events)
+                .await?;
+        }
+        let deadline_ms = now + group.settings.visibility_timeout_ms as i64;
+        if !out.claims.is_empty() || next != old_next {
+            events.push(Event::Claim {
+                consumer: p.consumer.to_owned(),
+                deadline_ms,
+                records: out.claims.clone(),
+                next,
+            });
+        }
+        if !events.is_empty() {
+            tickets.push(gs.record(&group.name, &mut c, events).await?);
+        }
+        let next_due = next_due(&c);
+        drop(c);
+        for t in tickets {
+            GroupShard::written(t).await?;
+        }
+        self.node.metrics.group_handed_out(
+            &gs.key,
+            &group.name,
+            out.claims.len() as u64 - redelivered,
+            redelivered,
+        );
+        let records = out
+            .claims
+            .iter()
+            .map(|&(offset, attempt)| ClaimedMeta {
+                offset,
+                attempt,
+                deadline_ms,
+            })
+            .collect();
+        Ok((
+            Claimed {
+                records,
+                body: out.body(),
+            },
+            next_due,
+        ))
+    }
+
+    /// Records never handed out, from `next`: claimed into `out` with their stored
+    /// batches; returns the new read position (past control batches and past the last
+    /// record taken).
+    async fn read_new(
+        &self,
+        gs: &GroupShard,
+        next: u64,
+        max_records: usize,
+        max_bytes: usize,
+        out: &mut Handout,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, ErrorBody> {
+        let mut pos = next;
+        for _ in 0..FETCH_ROUNDS {
+            let before = (pos, out.claims.len());
+            pos = self
+                .read_new_once(gs, pos, max_records, max_bytes, out, events)
+                .await?;
+            let full = out.claims.len() >= max_records || out.bytes >= max_bytes;
+            if full || pos >= gs.shard.visible_end() || (pos, out.claims.len()) == before {
+                break;
+            }
+        }
+        Ok(pos)
+    }
+
+    /// One read of [`Broker::read_new`]: at most [`FETCH_CHUNK`] bytes.
+    async fn read_new_once(
+        &self,
+        gs: &GroupShard,
+        next: u64,
+        max_records: usize,
+        max_bytes: usize,
+        out: &mut Handout,
+        events: &mut Vec<Event>,
+    ) -> Result<u64, ErrorBody> {
+        let k = &gs.key;
+        let read = match self
+            .fetch(
+                &k.tenant,
+                &k.namespace,
+                &k.stream,
+                k.shard,
+                next,
+                max_bytes.saturating_sub(out.bytes).clamp(1, FETCH_CHUNK),
+            )
+            .await
+        {
+            Ok(read) => read,
+            Err(e) if e.code == codes::OFFSET_TOO_OLD => {
+                // Retention removed records the group never had: it continues at the
+                // earliest one left.
+                let to = e.earliest_offset.unwrap_or(next);
+                events.push(Event::Skip { to });
+                return Ok(to);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut pos = next;
+        for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+            let base = header.base_offset as u64;
+            let batch_end = base + header.last_offset_delta as u64 + 1;
+            if header.is_control() {
+                pos = pos.max(batch_end);
+                continue;
+            }
+            if out.claims.len() >= max_records || (out.bytes >= max_bytes && !out.claims.is_empty())
+            {
+                return Ok(pos);
+            }
+            let offsets = batch_offsets(&header, batch)?;
+            let mut took = Vec::new();
+            for &offset in &offsets {
+                if offset < pos {
+                    continue;
+                }
+                if out.claims.len() + took.len() >= max_records {
+                    break;
+                }
+                took.push(offset);
+                pos = offset + 1;
+            }
+            let run = took.last().map_or(0, |l| l + 1 - took[0]) == took.len() as u64;
+            if took.len() == offsets.len() || (!took.is_empty() && !run) {
+                // The whole stored batch, as a subscription sends it: no copy, no re-encoding.
+                out.add_batch(header.base_offset, &read.batches.slice_ref(batch));
+            } else if !took.is_empty() {
+                // Part of it: only the records claimed, so a poll of fewer records than a
+                // batch holds does not send (and make the client decode) the whole batch.
+                out.add_partial(batch, &took)?;
+            }
+            out.claims.extend(took.iter().map(|&o| (o, 1)));
+            if out.claims.len() >= max_records {
+                return Ok(pos);
+            }
+            pos = pos.max(batch_end);
+        }
+        if read.batches.is_empty() {
+            // A gap up to the readable end (nothing but removed or control records).
+            return Ok(pos.max(read.next_offset));
+        }
+        Ok(pos)
+    }
+
+    /// The stored batches holding each of `offsets` (those still held in either tier):
+    /// offset → (the batch's base offset, the batch).
+    async fn read_batches_at(
+        &self,
+        gs: &GroupShard,
+        offsets: &BTreeSet<u64>,
+    ) -> Result<HashMap<u64, (i64, Bytes)>, ErrorBody> {
+        let k = &gs.key;
+        let mut found: HashMap<u64, (i64, Bytes)> = HashMap::new();
+        for &o in offsets {
+            if found.contains_key(&o) {
+                continue;
+            }
+            let read = match self
+                .fetch(&k.tenant, &k.namespace, &k.stream, k.shard, o, 1)
+                .await
+            {
+                Ok(read) => read,
+                Err(e) if e.code == codes::OFFSET_TOO_OLD => continue,
+                Err(e) => return Err(e),
+            };
+            for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+                if header.is_control() {
+                    continue;
+                }
+                let bytes = read.batches.slice_ref(batch);
+                for offset in batch_offsets(&header, batch)? {
+                    if offsets.contains(&offset) {
+                        found.insert(offset, (header.base_offset, bytes.clone()));
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// The records at `offsets` of the shard (those still held in either tier).
+    pub(crate) async fn read_records_at(
+        &self,
+        gs: &GroupShard,
+        offsets: &BTreeSet<u64>,
+    ) -> Result<HashMap<u64, Record>, ErrorBody> {
+        let k = &gs.key;
+        let mut found = HashMap::new();
+        for &o in offsets {
+            if found.contains_key(&o) {
+                continue;
+            }
+            let read = match self
+                .fetch(&k.tenant, &k.namespace, &k.stream, k.shard, o, 1)
+                .await
+            {
+                Ok(read) => read,
+                Err(e) if e.code == codes::OFFSET_TOO_OLD => continue,
+                Err(e) => return Err(e),
+            };
+            for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+                if header.is_control() {
+                    continue;
+                }
+                let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
+                    .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
+                for r in decoded.records {
+                    if offsets.contains(&(r.offset as u64)) {
+                        found.insert(r.offset as u64, r);
+                    }
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// Where a group new on this shard starts.
+    pub(crate) async fn group_start_offset(
+        &self,
+        group: &Group,
+        shard: u32,
+    ) -> Result<u64, ErrorBody> {
+        let (t, n, s) = (&group.tenant, &group.namespace, &group.stream);
+        let b = self.shard_bounds(t, n, s, shard)?;
+        let at_time = |ms| self.offset_for_time(t, n, s, shard, ms);
+        Ok(match group.settings.start {
+            GroupStart::Earliest => b.earliest,
+            GroupStart::Latest => at_time(group.created_ms).await?.unwrap_or(b.high_watermark),
+            GroupStart::Offset(o) => o.clamp(b.earliest, b.high_watermark),
+            GroupStart::Timestamp(ms) => at_time(ms).await?.unwrap_or(b.high_watermark),
+        })
+    }
+}
+
+/// When the earliest pending record falls due (ms since the epoch).
+fn next_due(c: &Cursor) -> Option<i64> {
+    c.progress
+        .pending
+        .values()
+        .map(|e| match &e.hold {
+            super::cursor::Hold::Claimed { deadline_ms, .. } => *deadline_ms,
+            super::cursor::Hold::Released { not_before_ms } => *not_before_ms,
+        })
+        .min()
+}
+
+/// The offsets of a stored batch's records: dense from its base offset (as Felix writes
+/// them), else read from the records.
+fn batch_offsets(header: &BatchHeader, batch: &[u8]) -> Result<Vec<u64>, ErrorBody> {
+    let base = header.base_offset as u64;
+    if i64::from(header.records_count) == i64::from(header.last_offset_delta) + 1 {
+        return Ok((base..base + header.records_count.max(0) as u64).collect());
+    }
+    let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
+        .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
+    Ok(decoded.records.iter().map(|r| r.offset as u64).collect())
+}
+
+/// What one poll hands out: the claims, and the stored batches that hold them (each once).
+#[derive(Default)]
+pub(crate) struct Handout {
+    claims: Vec<(u64, u32)>,
+    batches: Vec<Bytes>,
+    bases: BTreeSet<i64>,
+    bytes: usize,
+}
+
+impl Handout {
+    fn add_batch(&mut self, base: i64, batch: &Bytes) {
+        if self.bases.insert(base) {
+            self.bytes += batch.len();
+            self.batches.push(batch.clone());
+        }
+    }
+
+    /// A batch re-encoded with only the records at `offsets`, a contiguous run.
+    fn add_partial(&mut self, batch: &[u8], offsets: &[u64]) -> Result<(), ErrorBody> {
+        let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
+            .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
+        let mut b = BatchBuilder::new(Compression::None);
+        for r in decoded.records {
+            if offsets.contains(&(r.offset as u64)) {
+                b.push(r);
+            }
+        }
+        let mut built = b
+            .build()
+            .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))?;
+        // The records keep their offsets (a contiguous run): the base offset is outside
+        // the CRC, as the log stamps it.
+        felix_wire::batch::stamp_base_offset(&mut built, offsets[0] as i64);
+        let bytes = Bytes::from(built);
+        self.bytes += bytes.len();
+        self.batches.push(bytes);
+        Ok(())
+    }
+
+    /// The batches, in the order added, as one body.
+    fn body(&self) -> Bytes {
+        match &self.batches[..] {
+            [] => Bytes::new(),
+            [one] => one.clone(),
+            many => Bytes::from(many.concat()),
+        }
+    }
+}
