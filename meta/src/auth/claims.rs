@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 use super::actions::Action;
 use super::pattern::{PatternError, Resource, ResourcePattern};
 
+/// Longest token accepted, in bytes (a Felix token or an identity provider's): far above any
+/// token Felix mints, and it bounds the work an unauthenticated caller can cause.
+pub const MAX_TOKEN_LEN: usize = 16 * 1024;
+
 /// The namespace a token names when it names none (the Kafka listener maps topics into it).
 pub const DEFAULT_NAMESPACE: &str = "default";
 

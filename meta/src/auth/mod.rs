@@ -49,7 +49,8 @@ mod token;
 
 pub use actions::Action;
 pub use claims::{
-    ALL_TENANTS, Claims, DEFAULT_NAMESPACE, MAX_TOKEN_TTL_SECS, Permission, PermissionError,
+    ALL_TENANTS, Claims, DEFAULT_NAMESPACE, MAX_TOKEN_LEN, MAX_TOKEN_TTL_SECS, Permission,
+    PermissionError,
 };
 pub use oidc::{
     DEFAULT_EXCHANGE_TTL_SECS, MAX_EXCHANGE_TTL_SECS, OidcError, OidcIdentity, OidcIssuer,
@@ -59,6 +60,4 @@ pub use pattern::{PatternError, Resource, ResourcePattern};
 pub use principal::{CLUSTER_ADMIN, Denied, Principal, TENANT_ADMIN, is_builtin_role, role_grants};
 pub use sasl::{MAX_SASL_MESSAGE, SaslError, SaslMechanism, oauthbearer_token, plain_token};
 pub use state::{AuthState, BootstrapToken, SigningKey};
-pub use token::{
-    MAX_TOKEN_LEN, TokenError, check_live, mint, now_secs, random_id, verify, verify_signature,
-};
+pub use token::{TokenError, check_live, mint, now_secs, random_id, verify, verify_signature};

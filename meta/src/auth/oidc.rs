@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::claims::ALL_TENANTS;
-use super::token::MAX_TOKEN_LEN;
+use super::claims::MAX_TOKEN_LEN;
 
 /// How long an exchanged Felix token lives unless the issuer says otherwise (never past the
 /// IdP token's own expiry).

@@ -13,12 +13,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 
-use super::claims::Claims;
+use super::claims::{Claims, MAX_TOKEN_LEN};
 use super::state::{AuthState, SigningKey};
-
-/// Longest token accepted, in bytes: far above any token Felix mints, and it bounds the work
-/// an unauthenticated caller can cause.
-pub const MAX_TOKEN_LEN: usize = 16 * 1024;
 
 /// Why a token was refused. Each kind has a stable reason string for the wire.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
