@@ -123,6 +123,9 @@ impl Writer {
         // every append after that one is refused too, so the offsets that stay are dense.
         let mut gate_open: Option<bool> = None;
         let mut refusing = false;
+        // Refusals are answered once their offsets are given back (below), so a caller told
+        // "refused" never sees the log's next offset still past them.
+        let mut refused = Vec::new();
         for req in requests {
             match req {
                 Request::Append {
@@ -136,7 +139,7 @@ impl Writer {
                         refusing = true;
                     }
                     if refusing {
-                        let _ = reply.send(Err(self.refused()));
+                        refused.push(reply);
                         continue;
                     }
                     self.stage(batch, &header)?;
@@ -180,6 +183,9 @@ impl Writer {
         self.commit_group()?;
         if refusing {
             written += self.refuse_queued();
+            for reply in refused {
+                let _ = reply.send(Err(self.refused()));
+            }
         }
         if written > 0 {
             let mut q = self.shared.queue.lock();
