@@ -23,6 +23,7 @@
 //! * [`groups`] — the group coordinator: membership, rebalances, offset commits, which
 //!   broker coordinates a group. (InitProducerId is in [`produce`].)
 //! * [`offsets`] — committed offsets, durable in a log of their own.
+//! * [`lag`] — each group's lag behind its partitions' log ends, as a metric.
 //! * [`errors`] — Felix errors as Kafka error codes.
 //! * [`unbuilt`] — the KIP-848 and share-group heartbeats, refused so clients say so.
 
@@ -32,6 +33,7 @@ mod connection;
 mod errors;
 mod fetch;
 mod groups;
+mod lag;
 mod list_offsets;
 mod offsets;
 mod produce;
@@ -140,6 +142,7 @@ impl KafkaListener {
             settings,
         });
         tokio::spawn(groups::expire_members(Arc::downgrade(&kafka)));
+        tokio::spawn(lag::report(Arc::downgrade(&kafka)));
         Ok(KafkaListener {
             listener,
             kafka,
@@ -195,9 +198,12 @@ impl KafkaListener {
                     let kafka = self.kafka.clone();
                     let stop = for_connections.clone();
                     let tls = self.tls.clone();
+                    let gauge = kafka.broker.metrics().kafka.connections.clone();
+                    gauge.inc();
                     tokio::spawn(async move {
                         serve_connection(stream, peer, tls, kafka.clone(), stop).await;
                         kafka.connections.fetch_sub(1, Ordering::AcqRel);
+                        gauge.dec();
                     });
                 }
                 Err(e) => {

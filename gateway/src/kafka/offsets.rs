@@ -194,6 +194,16 @@ impl CommittedOffsets {
         out
     }
 
+    /// Every committed offset of every group (for the lag metric).
+    pub async fn all(&self) -> Vec<(OffsetKey, i64)> {
+        let table = self.table.lock().await;
+        table
+            .entries
+            .iter()
+            .map(|(k, v)| (k.clone(), v.offset))
+            .collect()
+    }
+
     /// The groups that have committed offsets in a namespace.
     pub async fn groups(&self, tenant: &str, namespace: &str) -> BTreeSet<String> {
         let table = self.table.lock().await;
