@@ -26,7 +26,10 @@ use super::api::{self, Route};
 use super::groups::{self, Caller};
 use super::sasl::{self, SaslState};
 use super::scope::Scope;
-use super::{IDLE_TIMEOUT, Kafka, configs, fetch, list_offsets, produce, topics, unbuilt};
+use super::{
+    IDLE_TIMEOUT, Kafka, configs, delete_records, fetch, list_offsets, partitions, produce, topics,
+    unbuilt,
+};
 
 /// How long writing one response may take before the client is considered gone.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -453,6 +456,16 @@ async fn serve_request(
         ApiKey::IncrementalAlterConfigs => serve!(IncrementalAlterConfigsRequest, |r| {
             configs::incremental_alter_configs(kafka, scope, r).await
         }),
+        ApiKey::CreatePartitions => serve!(CreatePartitionsRequest, |r| {
+            partitions::create_partitions(kafka, scope, r).await
+        }),
+        ApiKey::DeleteRecords => serve!(DeleteRecordsRequest, |r| {
+            delete_records::delete_records(kafka, scope, r).await
+        }),
+        ApiKey::DeleteGroups => serve!(DeleteGroupsRequest, |r| groups::delete_groups(
+            kafka, scope, r
+        )
+        .await),
         // `route` admits only the APIs above.
         other => anyhow::bail!("{other:?} is not served"),
     };

@@ -19,9 +19,11 @@
 //! * [`topics`] — Metadata, CreateTopics, DeleteTopics, auto-creation, topic ids.
 //! * [`configs`] — DescribeConfigs and (Incremental)AlterConfigs: topic configs as stream
 //!   settings.
+//! * [`partitions`] — CreatePartitions: a topic's shards grow, never shrink.
+//! * [`delete_records`] — DeleteRecords: a partition's retention floor, raised.
 //! * [`produce`], [`fetch`], [`list_offsets`] — the data path.
 //! * [`groups`] — the group coordinator: membership, rebalances, offset commits, which
-//!   broker coordinates a group. (InitProducerId is in [`produce`].)
+//!   broker coordinates a group, DeleteGroups. (InitProducerId is in [`produce`].)
 //! * [`offsets`] — committed offsets, durable in a log of their own.
 //! * [`lag`] — each group's lag behind its partitions' log ends, as a metric.
 //! * [`errors`] — Felix errors as Kafka error codes.
@@ -30,12 +32,14 @@
 mod api;
 mod configs;
 mod connection;
+mod delete_records;
 mod errors;
 mod fetch;
 mod groups;
 mod lag;
 mod list_offsets;
 mod offsets;
+mod partitions;
 mod produce;
 mod sasl;
 mod scope;

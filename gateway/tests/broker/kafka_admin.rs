@@ -175,3 +175,106 @@ fn series_plain(text: &str, name: &str) -> Option<f64> {
         .find(|l| l.starts_with(&format!("{name} ")))
         .map(metric_value)
 }
+
+/// confluent-kafka's AdminClient against one broker: CreatePartitions grows a topic and
+/// refuses to shrink it; ListOffsets' max_timestamp finds the newest-stamped record, not the
+/// last; DeleteRecords raises the earliest offset (and refuses an offset past the end);
+/// DeleteGroups removes a group's offsets, refuses a group with a member and says when a
+/// group is unknown; IncrementalAlterConfigs DELETE resets configs to a new topic's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_admin_apis_grow_topics_delete_records_and_groups_and_reset_configs() {
+    let broker = Broker::start(BrokerOptions::new()).await;
+    let b = broker.kafka_addr.to_string();
+    let b = b.as_str();
+    // Not tiered: the floor DeleteRecords sets is exactly the offset asked for.
+    let created = python(&[
+        "create",
+        b,
+        "timed",
+        "1",
+        "remote.storage.enable=false",
+        "retention.ms=3600000",
+        "segment.bytes=1048576",
+    ])
+    .await;
+    assert_eq!(created["partitions"], 1, "{created}");
+    // Offsets 0..100 stamped BASE+1000.., then 100..150 stamped BASE+0..: the largest
+    // timestamp is at offset 99.
+    for (count, first) in [("100", "1000"), ("50", "0")] {
+        let p = python(&["produce", b, "timed", count, "--first", first]).await;
+        assert_eq!(p["errors"], serde_json::json!([]), "{p}");
+    }
+    let max = admin(&["list-offsets", b, "timed", "0", "max"]).await;
+    assert_eq!(max["offset"], 99, "{max}");
+    assert_eq!(max["timestamp"], 1_700_000_000_000i64 + 1099, "{max}");
+
+    let deleted = admin(&["delete-records", b, "timed", "0", "30"]).await;
+    assert_eq!(deleted["low_watermark"], 30, "{deleted}");
+    let earliest = admin(&["list-offsets", b, "timed", "0", "earliest"]).await;
+    assert_eq!(earliest["offset"], 30, "{earliest}");
+    let client = broker.client().await;
+    let info = client
+        .describe_stream("default", "default", "timed")
+        .await
+        .expect("describe");
+    assert_eq!(info.shards[0].first_offset, 30, "{:?}", info.shards[0]);
+    let past = admin(&["delete-records", b, "timed", "0", "1000"]).await;
+    assert_eq!(past["error"], "OFFSET_OUT_OF_RANGE", "{past}");
+    let latest = admin(&["list-offsets", b, "timed", "0", "latest"]).await;
+    assert_eq!(latest["offset"], 150, "nothing else changed: {latest}");
+
+    let grown = admin(&["create-partitions", b, "timed", "3"]).await;
+    assert_eq!(grown["partitions"], 3, "{grown}");
+    let info = client
+        .describe_stream("default", "default", "timed")
+        .await
+        .expect("describe");
+    assert_eq!(info.config.shards, Some(3));
+    let shrink = admin(&["create-partitions", b, "timed", "2"]).await;
+    assert_eq!(shrink["error"], "INVALID_PARTITIONS", "{shrink}");
+    assert!(
+        shrink["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("can only grow")),
+        "{shrink}"
+    );
+
+    let committed = admin(&["commit", b, "timed", "old", "0", "40"]).await;
+    assert_eq!(
+        committed["committed"],
+        serde_json::json!([[0, 40]]),
+        "{committed}"
+    );
+    let gone = admin(&["delete-groups", b, "old"]).await;
+    assert_eq!(gone["old"], serde_json::Value::Null, "{gone}");
+    // Its offsets went with it: nothing is left to know the group by.
+    let again = admin(&["delete-groups", b, "old"]).await;
+    assert_eq!(again["old"], "GROUP_ID_NOT_FOUND", "{again}");
+    let busy = admin(&["delete-groups", b, "busy", "--member", "timed"]).await;
+    assert_eq!(busy["member_assigned"], true, "{busy}");
+    assert_eq!(busy["busy"], "NON_EMPTY_GROUP", "{busy}");
+    let left = admin(&["delete-groups", b, "busy"]).await;
+    assert_eq!(left["busy"], serde_json::Value::Null, "{left}");
+
+    // A new topic's configs are the defaults DELETE resets to.
+    python(&["create", b, "plain", "1"]).await;
+    let defaults = python(&["configs", b, "plain"]).await;
+    let reset = admin(&["reset-configs", b, "timed", "retention.ms", "segment.bytes"]).await;
+    assert_eq!(reset["retention.ms"], "-1", "{reset}");
+    assert_eq!(reset["segment.bytes"], defaults["segment.bytes"], "{reset}");
+    assert_eq!(
+        reset["remote.storage.enable"], "false",
+        "untouched: {reset}"
+    );
+    let unknown = admin(&["reset-configs", b, "timed", "nonsense.config"]).await;
+    assert_eq!(unknown["error"], "INVALID_CONFIG", "{unknown}");
+
+    // On a tiered stream a floor past the uploaded objects stops at a batch boundary; the
+    // high watermark is one.
+    let p = python(&["produce", b, "tiered", "20", "--partitions", "1"]).await;
+    assert_eq!(p["errors"], serde_json::json!([]), "{p}");
+    let all = admin(&["delete-records", b, "tiered", "0", "-1"]).await;
+    assert_eq!(all["low_watermark"], 20, "{all}");
+    let earliest = admin(&["list-offsets", b, "tiered", "0", "earliest"]).await;
+    assert_eq!(earliest["offset"], 20, "{earliest}");
+}
