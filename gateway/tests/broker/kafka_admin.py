@@ -9,7 +9,8 @@ Runnable by hand as well:
     python3 kafka_admin.py delete-groups 127.0.0.1:9092 g1 [--member orders]
     python3 kafka_admin.py reset-configs 127.0.0.1:9092 orders retention.ms
 
-A call Felix refuses prints {"error": <Kafka error name>, "message": ...} rather than failing.
+With --token (before the subcommand) every call authenticates with SASL/PLAIN and that
+Felix token. A call Felix refuses prints {"error": <Kafka error name>, "message": ...} rather than failing.
 """
 
 import argparse
@@ -20,8 +21,17 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 
+def base(args):
+    """The client settings: SASL/PLAIN with a Felix token when --token is given."""
+    c = {"bootstrap.servers": args.bootstrap}
+    if args.token:
+        c.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                  "sasl.username": "ignored", "sasl.password": args.token})
+    return c
+
+
 def admin(args):
-    return AdminClient({"bootstrap.servers": args.bootstrap})
+    return AdminClient(base(args))
 
 
 def refused(e):
@@ -32,8 +42,7 @@ def refused(e):
 def commit(args):
     """Commits `offset` for `group` on one partition, as a consumer with a manual
     assignment does (no group membership)."""
-    consumer = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.group,
-                         "enable.auto.commit": False})
+    consumer = Consumer({**base(args), "group.id": args.group, "enable.auto.commit": False})
     try:
         done = consumer.commit(offsets=[TopicPartition(args.topic, args.partition, args.offset)],
                                asynchronous=False)
@@ -62,7 +71,7 @@ def delete_groups(args):
     (and assigned) while the deletion is asked, and closed after."""
     member = None
     if args.member:
-        member = Consumer({"bootstrap.servers": args.bootstrap, "group.id": args.groups[0],
+        member = Consumer({**base(args), "group.id": args.groups[0],
                            "session.timeout.ms": 10000})
         member.subscribe([args.member])
         deadline = time.time() + 60
@@ -129,6 +138,7 @@ def reset_configs(args):
 
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--token", default="", help="authenticate with SASL/PLAIN and this token")
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("commit")
     p.add_argument("bootstrap")

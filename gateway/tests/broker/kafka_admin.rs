@@ -16,7 +16,7 @@ use super::common::{Broker, BrokerOptions, PATIENCE, metric_lines, metric_value}
 use super::kafka::{python, python_script};
 
 /// Runs a `kafka_admin.py` subcommand; returns its JSON output.
-async fn admin(args: &[&str]) -> serde_json::Value {
+pub(super) async fn admin(args: &[&str]) -> serde_json::Value {
     python_script("kafka_admin.py", args).await
 }
 
