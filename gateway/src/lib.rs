@@ -48,6 +48,7 @@ pub mod broker;
 pub mod cluster_secret;
 pub mod config;
 pub mod corruption;
+pub mod delete_records;
 pub mod disk;
 pub mod enqueue_ack;
 pub mod ephemeral;

@@ -12,6 +12,8 @@ use prometheus_client::registry::Registry;
 
 use crate::corruption::TierLabel;
 
+pub mod kafka;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TenantLabel {
     pub tenant: String,
@@ -77,6 +79,8 @@ pub struct Metrics {
     pub kafka_inflight_request_bytes: Gauge,
     /// Kafka connections closed because a request's bytes did not arrive in time.
     pub kafka_slow_requests: Counter,
+    /// The Kafka listener's requests, bytes, connections and group lag.
+    pub kafka: kafka::KafkaMetrics,
     /// Free bytes of the data volume, sampled every 250 ms.
     pub disk_free_bytes: Gauge,
     /// Stored data that failed its checks, by tier ([`crate::corruption::DETECTED`]).
@@ -129,6 +133,7 @@ impl Metrics {
             auth_refusals: Family::default(),
             kafka_inflight_request_bytes: Gauge::default(),
             kafka_slow_requests: Counter::default(),
+            kafka: kafka::KafkaMetrics::new(),
             disk_free_bytes: Gauge::default(),
             corruption_detected: crate::corruption::DETECTED.clone(),
             tier_store_up: Gauge::default(),
@@ -323,6 +328,7 @@ impl Metrics {
             "Kafka connections closed because a request's bytes did not arrive within 30 s",
             m.kafka_slow_requests.clone(),
         );
+        m.kafka.register(&mut registry);
         registry.register(
             "felix_disk_free_bytes",
             "Free bytes of the data volume (publishes stop at disk_reserve_bytes)",

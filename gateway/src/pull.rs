@@ -19,7 +19,7 @@ use crate::shard::{Shard, shard_key};
 
 impl Broker {
     /// A durable shard's tiers; an ephemeral shard has no history to read.
-    fn durable_tier(
+    pub(crate) fn durable_tier(
         &self,
         tenant: &str,
         namespace: &str,
@@ -149,5 +149,26 @@ impl Broker {
             .await
             .map_err(|e| cold_error(&e))?;
         Ok(found.filter(|o| *o < shard.visible_end()))
+    }
+
+    /// The largest record timestamp a durable shard holds in either tier (-1: none), for
+    /// Kafka's ListOffsets `max_timestamp`.
+    pub fn max_timestamp(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        shard_no: u32,
+    ) -> Result<i64, ErrorBody> {
+        let (_, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let cold = tier
+            .manifest
+            .snapshot()
+            .objects
+            .values()
+            .map(|e| e.max_timestamp)
+            .max()
+            .unwrap_or(-1);
+        Ok(cold.max(tier.log.max_timestamp()))
     }
 }

@@ -27,6 +27,7 @@ mod broker {
     mod idempotence;
     mod internal_auth;
     mod kafka;
+    mod kafka_admin;
     mod kafka_auth;
     mod leases;
     mod limits;

@@ -401,6 +401,18 @@ impl ShardLog {
             .collect()
     }
 
+    /// The largest record timestamp (ms) any segment holds, the active one included; -1
+    /// when the log holds no record.
+    pub fn max_timestamp(&self) -> i64 {
+        self.shared()
+            .segments
+            .read()
+            .iter()
+            .map(|s| s.summary().max_timestamp)
+            .max()
+            .unwrap_or(-1)
+    }
+
     /// Total bytes in the log's segment files.
     pub fn size_bytes(&self) -> u64 {
         self.shared().segments.read().iter().map(|s| s.size()).sum()

@@ -16,7 +16,7 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion};
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::ListOffsets, 1, 7),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::OffsetCommit, 2, 8),
     (ApiKey::OffsetFetch, 1, 7),
@@ -34,6 +34,9 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::DeleteGroups, 0, 2),
     // v0 too: librdkafka 2.0 asks for it before it uses PLAIN (the bare SASL frame that
     // follows a v0 handshake is handled in `sasl`).
     (ApiKey::SaslHandshake, 0, 1),
@@ -262,6 +265,9 @@ mod tests {
             ApiKey::DescribeConfigs => body!(DescribeConfigsRequest),
             ApiKey::AlterConfigs => body!(AlterConfigsRequest),
             ApiKey::IncrementalAlterConfigs => body!(IncrementalAlterConfigsRequest),
+            ApiKey::CreatePartitions => body!(CreatePartitionsRequest),
+            ApiKey::DeleteRecords => body!(DeleteRecordsRequest),
+            ApiKey::DeleteGroups => body!(DeleteGroupsRequest),
             ApiKey::ConsumerGroupHeartbeat => body!(ConsumerGroupHeartbeatRequest),
             ApiKey::ShareGroupHeartbeat => body!(ShareGroupHeartbeatRequest),
             _ => Ok(()),

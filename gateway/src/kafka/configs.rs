@@ -35,6 +35,7 @@ const LIST: i8 = 7;
 
 /// IncrementalAlterConfigs operations.
 const SET: i8 = 0;
+const DELETE: i8 = 1;
 
 fn sb(s: &str) -> StrBytes {
     StrBytes::from_string(s.to_owned())
@@ -185,8 +186,9 @@ pub async fn alter_configs(
     AlterConfigsResponse::default().with_responses(responses)
 }
 
-/// IncrementalAlterConfigs: SET operations on topic configs (DELETE, APPEND and SUBTRACT
-/// are refused).
+/// IncrementalAlterConfigs: SET sets a topic config, DELETE resets it to the value a topic
+/// created without it has ([`default_value`]); APPEND and SUBTRACT are refused (no topic
+/// config Felix supports is a list).
 pub async fn incremental_alter_configs(
     kafka: &Kafka,
     scope: &Scope,
@@ -195,11 +197,15 @@ pub async fn incremental_alter_configs(
     use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
     let mut responses = Vec::with_capacity(request.resources.len());
     for r in request.resources {
-        let outcome = if let Some(c) = r.configs.iter().find(|c| c.config_operation != SET) {
+        let refused = r
+            .configs
+            .iter()
+            .find(|c| c.config_operation != SET && c.config_operation != DELETE);
+        let outcome = if let Some(c) = refused {
             Err((
                 ResponseError::InvalidRequest,
                 format!(
-                    "config {}: only SET is supported (operation {})",
+                    "config {}: only SET and DELETE are supported (operation {})",
                     c.name.as_str(),
                     c.config_operation
                 ),
@@ -208,7 +214,14 @@ pub async fn incremental_alter_configs(
             let configs = r
                 .configs
                 .iter()
-                .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                .map(|c| {
+                    let value = if c.config_operation == DELETE {
+                        default_value(kafka, c.name.as_str())
+                    } else {
+                        c.value.as_ref().map(|v| v.to_string())
+                    };
+                    (c.name.to_string(), value)
+                })
                 .collect();
             alter_topic(
                 kafka,
@@ -231,4 +244,24 @@ pub async fn incremental_alter_configs(
         responses.push(response);
     }
     IncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+/// The value (as a Kafka config value) a topic created without `name` has: what a DELETE
+/// resets it to. `None` for a config Felix does not support, which the alter then refuses
+/// by name.
+fn default_value(kafka: &Kafka, name: &str) -> Option<String> {
+    let config = &kafka.broker.node.config;
+    Some(match name {
+        // No limit, as CreateTopics without them.
+        "retention.ms" | "retention.bytes" | "local.retention.ms" | "local.retention.bytes" => {
+            "-1".to_owned()
+        }
+        "segment.bytes" => config.segment_bytes.to_string(),
+        "segment.ms" => config.segment_ms.to_string(),
+        "remote.storage.enable" => felix_meta::model::StreamSettings::default()
+            .tiered
+            .to_string(),
+        "cleanup.policy" => "delete".to_owned(),
+        _ => return None,
+    })
 }

@@ -26,7 +26,10 @@ use super::api::{self, Route};
 use super::groups::{self, Caller};
 use super::sasl::{self, SaslState};
 use super::scope::Scope;
-use super::{IDLE_TIMEOUT, Kafka, configs, fetch, list_offsets, produce, topics, unbuilt};
+use super::{
+    IDLE_TIMEOUT, Kafka, configs, delete_records, fetch, list_offsets, partitions, produce, topics,
+    unbuilt,
+};
 
 /// How long writing one response may take before the client is considered gone.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -90,6 +93,12 @@ async fn read_frame<R: AsyncRead + Unpin>(
     let Some(len) = read_prefix(reader, kafka.settings.max_request_bytes).await? else {
         return Ok(None);
     };
+    kafka
+        .broker
+        .metrics()
+        .kafka
+        .received_bytes
+        .inc_by(len as u64 + 4);
     let body = async {
         let want = u32::try_from(len.min(kafka.settings.max_inflight_request_bytes))
             .unwrap_or(u32::MAX)
@@ -207,7 +216,14 @@ pub async fn serve<R, W>(
                     writer.flush().await
                 };
                 match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-                    Ok(Ok(())) => {}
+                    Ok(Ok(())) => {
+                        kafka
+                            .broker
+                            .metrics()
+                            .kafka
+                            .sent_bytes
+                            .inc_by(bytes.len() as u64);
+                    }
                     Ok(Err(e)) => {
                         debug!(%peer, error = %e, "Kafka client went away before its answer");
                         return;
@@ -243,8 +259,40 @@ pub async fn serve<R, W>(
     }
 }
 
-/// Serves one request frame: the encoded answer, or `None` when none is due (`acks=0`).
+/// Serves one request frame, counted in `felix_kafka_requests_total` by its API and
+/// whether it was answered, and timed.
 async fn handle(
+    kafka: &Arc<Kafka>,
+    session: &mut Session,
+    frame: Bytes,
+) -> anyhow::Result<Option<Bytes>> {
+    let started = std::time::Instant::now();
+    let api = api_label(session, &frame);
+    let result = handle_frame(kafka, session, frame).await;
+    kafka
+        .broker
+        .metrics()
+        .kafka
+        .request(&api, result.is_ok(), started.elapsed().as_secs_f64());
+    result
+}
+
+/// The `api` label of a frame: its API's name, `unknown` for a key no API has.
+fn api_label(session: &Session, frame: &[u8]) -> String {
+    if sasl::expects_raw(&session.sasl) {
+        return format!("{:?}", ApiKey::SaslAuthenticate);
+    }
+    api::prefix(frame)
+        .ok()
+        .and_then(|p| ApiKey::try_from(p.api_key).ok())
+        .map_or_else(
+            || crate::metrics::kafka::UNKNOWN_API.to_owned(),
+            |k| format!("{k:?}"),
+        )
+}
+
+/// Serves one request frame: the encoded answer, or `None` when none is due (`acks=0`).
+async fn handle_frame(
     kafka: &Arc<Kafka>,
     session: &mut Session,
     frame: Bytes,
@@ -410,6 +458,16 @@ async fn serve_request(
         ApiKey::IncrementalAlterConfigs => serve!(IncrementalAlterConfigsRequest, |r| {
             configs::incremental_alter_configs(kafka, scope, r).await
         }),
+        ApiKey::CreatePartitions => serve!(CreatePartitionsRequest, |r| {
+            partitions::create_partitions(kafka, scope, r).await
+        }),
+        ApiKey::DeleteRecords => serve!(DeleteRecordsRequest, |r| {
+            delete_records::delete_records(kafka, scope, r).await
+        }),
+        ApiKey::DeleteGroups => serve!(DeleteGroupsRequest, |r| groups::delete_groups(
+            kafka, scope, r
+        )
+        .await),
         // `route` admits only the APIs above.
         other => anyhow::bail!("{other:?} is not served"),
     };

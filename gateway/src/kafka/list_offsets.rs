@@ -3,7 +3,10 @@
 //! Decides the answers: `-2` (earliest) is the earliest offset either tier holds, `-1`
 //! (latest) is the high watermark, and a timestamp is the first record stamped at or after
 //! it, found by the tiers' time indexes (to the batch) and then within the batch (to the
-//! record), as Kafka answers it. No record that new: offset and timestamp -1.
+//! record), as Kafka answers it. No record that new: offset and timestamp -1. `-3`
+//! (max_timestamp, v7) is the first record stamped with the largest timestamp either tier
+//! holds: the segments' and objects' largest timestamps name it, and the time lookup finds
+//! it.
 
 use felix_wire::DecodedBatch;
 use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
@@ -22,6 +25,7 @@ use felix_meta::auth::Action;
 
 const EARLIEST: i64 = -2;
 const LATEST: i64 = -1;
+const MAX_TIMESTAMP: i64 = -3;
 
 /// Serves a ListOffsets request.
 ///
@@ -83,12 +87,19 @@ async fn offset_for(
     let bounds = broker
         .shard_bounds(&s.tenant, &s.namespace, stream, shard)
         .map_err(|e| kafka_error(&e))?;
-    match timestamp {
+    let timestamp = match timestamp {
         EARLIEST => return Ok((bounds.earliest as i64, -1)),
         LATEST => return Ok((bounds.high_watermark as i64, -1)),
+        MAX_TIMESTAMP => match broker
+            .max_timestamp(&s.tenant, &s.namespace, stream, shard)
+            .map_err(|e| kafka_error(&e))?
+        {
+            t if t < 0 => return Ok((-1, -1)),
+            t => t,
+        },
         t if t < 0 => return Err(ResponseError::InvalidRequest),
-        _ => {}
-    }
+        t => t,
+    };
     let Some(batch_offset) = broker
         .offset_for_time(&s.tenant, &s.namespace, stream, shard, timestamp)
         .await

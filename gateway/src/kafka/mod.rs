@@ -19,21 +19,27 @@
 //! * [`topics`] — Metadata, CreateTopics, DeleteTopics, auto-creation, topic ids.
 //! * [`configs`] — DescribeConfigs and (Incremental)AlterConfigs: topic configs as stream
 //!   settings.
+//! * [`partitions`] — CreatePartitions: a topic's shards grow, never shrink.
+//! * [`delete_records`] — DeleteRecords: a partition's retention floor, raised.
 //! * [`produce`], [`fetch`], [`list_offsets`] — the data path.
 //! * [`groups`] — the group coordinator: membership, rebalances, offset commits, which
-//!   broker coordinates a group. (InitProducerId is in [`produce`].)
+//!   broker coordinates a group, DeleteGroups. (InitProducerId is in [`produce`].)
 //! * [`offsets`] — committed offsets, durable in a log of their own.
+//! * [`lag`] — each group's lag behind its partitions' log ends, as a metric.
 //! * [`errors`] — Felix errors as Kafka error codes.
 //! * [`unbuilt`] — the KIP-848 and share-group heartbeats, refused so clients say so.
 
 mod api;
 mod configs;
 mod connection;
+mod delete_records;
 mod errors;
 mod fetch;
 mod groups;
+mod lag;
 mod list_offsets;
 mod offsets;
+mod partitions;
 mod produce;
 mod sasl;
 mod scope;
@@ -140,6 +146,7 @@ impl KafkaListener {
             settings,
         });
         tokio::spawn(groups::expire_members(Arc::downgrade(&kafka)));
+        tokio::spawn(lag::report(Arc::downgrade(&kafka)));
         Ok(KafkaListener {
             listener,
             kafka,
@@ -195,9 +202,12 @@ impl KafkaListener {
                     let kafka = self.kafka.clone();
                     let stop = for_connections.clone();
                     let tls = self.tls.clone();
+                    let gauge = kafka.broker.metrics().kafka.connections.clone();
+                    gauge.inc();
                     tokio::spawn(async move {
                         serve_connection(stream, peer, tls, kafka.clone(), stop).await;
                         kafka.connections.fetch_sub(1, Ordering::AcqRel);
+                        gauge.dec();
                     });
                 }
                 Err(e) => {

@@ -171,6 +171,36 @@ impl CommittedOffsets {
         Ok(())
     }
 
+    /// Deletes every committed offset of a group durably (a tombstone per offset, in one
+    /// write): how many there were.
+    pub async fn delete_group(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        group: &str,
+    ) -> Result<usize, LogError> {
+        let ticket = {
+            let mut table = self.table.lock().await;
+            let keys: Vec<(OffsetKey, Option<Committed>)> = table
+                .entries
+                .keys()
+                .filter(|k| k.tenant == tenant && k.namespace == namespace && k.group == group)
+                .map(|k| (k.clone(), None))
+                .collect();
+            if keys.is_empty() {
+                return Ok(0);
+            }
+            let ticket = self.log.append(batch(&keys)?).await?;
+            for (k, _) in &keys {
+                table.entries.remove(k);
+            }
+            table.records_since_snapshot += keys.len() as u64;
+            (ticket, keys.len())
+        };
+        ticket.0.committed().await?;
+        Ok(ticket.1)
+    }
+
     /// A group's committed offset for one partition.
     pub async fn get(&self, key: &OffsetKey) -> Option<Committed> {
         self.table.lock().await.entries.get(key).cloned()
@@ -192,6 +222,16 @@ impl CommittedOffsets {
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
         out
+    }
+
+    /// Every committed offset of every group (for the lag metric).
+    pub async fn all(&self) -> Vec<(OffsetKey, i64)> {
+        let table = self.table.lock().await;
+        table
+            .entries
+            .iter()
+            .map(|(k, v)| (k.clone(), v.offset))
+            .collect()
     }
 
     /// The groups that have committed offsets in a namespace.

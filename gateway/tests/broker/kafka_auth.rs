@@ -3,7 +3,8 @@
 //! PLAIN and OAUTHBEARER carrying Felix tokens, over plaintext and over TLS; a wrong
 //! password fails cleanly, a client without SASL is refused; a principal's topics are its
 //! own tenant's, so another tenant's topics are neither listed nor reached, and a token's
-//! grants decide produce and consume. A connection whose token expired is refused at its
+//! grants decide produce, consume and the admin APIs (DeleteRecords, CreatePartitions,
+//! DeleteGroups through `kafka_admin.py`). A connection whose token expired is refused at its
 //! next request. One auth-on broker per listener kind is shared by the cases.
 
 use std::path::Path;
@@ -20,6 +21,7 @@ use super::common::{
     Broker, BrokerOptions, PATIENCE, free_tcp_addr, metric_lines, metric_value, run_to_exit,
 };
 use super::kafka::{Kcat, Librdkafka, python_script};
+use super::kafka_admin::admin as kafka_admin;
 
 async fn sasl(args: &[&str]) -> Value {
     python_script("kafka_sasl.py", args).await
@@ -320,6 +322,71 @@ async fn sasl_plaintext_authenticates_kafka_clients_and_keeps_tenants_apart() {
             .iter()
             .any(|n| n == "GROUP_AUTHORIZATION_FAILED"),
         "the commit is refused for the group: {out}"
+    );
+
+    // The admin APIs check their grant before any work, with confluent-kafka's AdminClient:
+    // without stream.manage DeleteRecords and CreatePartitions are refused and change
+    // nothing; without group.consume DeleteGroups is refused and the group's offsets stay.
+    let before = admin
+        .describe_stream("globex", "default", "orders")
+        .await
+        .unwrap();
+    let as_no_group = |args: &[&str]| {
+        let mut a = vec!["--token".to_owned(), no_group.clone()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        a
+    };
+    for (args, what) in [
+        (
+            as_no_group(&["delete-records", &bootstrap, "orders", "0", "-1"]),
+            "DeleteRecords",
+        ),
+        (
+            as_no_group(&["create-partitions", &bootstrap, "orders", "2"]),
+            "CreatePartitions",
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = kafka_admin(&args).await;
+        assert_eq!(out["error"], "TOPIC_AUTHORIZATION_FAILED", "{what}: {out}");
+    }
+    let after = admin
+        .describe_stream("globex", "default", "orders")
+        .await
+        .unwrap();
+    assert_eq!(after.config.shards, Some(1), "no partition added");
+    assert_eq!(
+        after.shards[0].first_offset, before.shards[0].first_offset,
+        "no record deleted"
+    );
+    let kept = kafka_admin(&[
+        "--token",
+        &globex_reader,
+        "commit",
+        &bootstrap,
+        "orders",
+        "kept",
+        "0",
+        "1",
+    ])
+    .await;
+    assert_eq!(kept["committed"], serde_json::json!([[0, 1]]), "{kept}");
+    let args = as_no_group(&["delete-groups", &bootstrap, "kept"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let refused = kafka_admin(&args).await;
+    assert_eq!(refused["kept"], "GROUP_AUTHORIZATION_FAILED", "{refused}");
+    let deleted = kafka_admin(&[
+        "--token",
+        &globex_reader,
+        "delete-groups",
+        &bootstrap,
+        "kept",
+    ])
+    .await;
+    assert_eq!(
+        deleted["kept"],
+        Value::Null,
+        "the group was still there for its consumer to delete: {deleted}"
     );
 }
 

@@ -7,15 +7,18 @@
 //! * `commits.rs` — OffsetCommit and OffsetFetch: who may commit.
 //! * `find.rs` — FindCoordinator: which broker coordinates a group.
 //! * `describe.rs` — ListGroups and DescribeGroups.
+//! * `delete.rs` — DeleteGroups: a group without members and its offsets.
 
 mod commits;
 mod coordinator;
+mod delete;
 mod describe;
 mod find;
 mod membership;
 
 pub use commits::{offset_commit, offset_fetch};
 pub use coordinator::GroupCoordinator;
+pub use delete::delete_groups;
 pub use describe::{describe_groups, list_groups};
 pub use find::find_coordinator;
 pub use membership::{Caller, expire_members, heartbeat, join_group, leave_group, sync_group};

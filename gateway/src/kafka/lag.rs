@@ -1,0 +1,59 @@
+//! `felix_kafka_group_lag`: how far each classic consumer group's committed offset is
+//! behind its partition's log end, refreshed every [`INTERVAL`].
+//!
+//! Decides which partitions are reported: every one a group committed an offset for whose
+//! shard this broker holds (its high watermark is known here without a network round); a
+//! group's series go when its offsets do (DeleteGroups, a deleted topic), at the next
+//! refresh. Series are replaced in place, never cleared first, so a scrape never sees a
+//! group missing.
+
+use std::collections::HashSet;
+use std::sync::Weak;
+use std::time::Duration;
+
+use crate::metrics::kafka::GroupPartition;
+
+use super::Kafka;
+
+/// How often the lag is recomputed: well under a usual 15 s scrape interval.
+pub const INTERVAL: Duration = Duration::from_secs(5);
+
+/// Runs for the listener's life.
+pub async fn report(kafka: Weak<Kafka>) {
+    let mut shown: HashSet<GroupPartition> = HashSet::new();
+    loop {
+        tokio::time::sleep(INTERVAL).await;
+        let Some(kafka) = kafka.upgrade() else { return };
+        let family = &kafka.broker.metrics().kafka.group_lag;
+        let mut now = HashSet::with_capacity(shown.len());
+        for (key, committed) in kafka.groups.offsets().all().await {
+            let Ok(partition) = u32::try_from(key.partition) else {
+                continue;
+            };
+            let Ok(bounds) =
+                kafka
+                    .broker
+                    .shard_bounds(&key.tenant, &key.namespace, &key.topic, partition)
+            else {
+                continue;
+            };
+            let label = GroupPartition {
+                tenant: key.tenant,
+                namespace: key.namespace,
+                group: key.group,
+                topic: key.topic,
+                partition: partition.to_string(),
+            };
+            // A committed offset past the end (a topic deleted and created again) is no lag.
+            let lag = (bounds.high_watermark as i64)
+                .saturating_sub(committed)
+                .max(0);
+            family.get_or_create(&label).set(lag);
+            now.insert(label);
+        }
+        for gone in shown.difference(&now) {
+            family.remove(gone);
+        }
+        shown = now;
+    }
+}
