@@ -11,9 +11,9 @@ import yaml
 
 from conftest import REPO
 
-METRICS_RS = REPO / "gateway" / "src" / "metrics.rs"
-# Families of one area registered by a module of their own (metrics/kafka.rs).
-METRICS_MODULES = REPO / "gateway" / "src" / "metrics"
+# Every gateway source file that registers metric families: metrics.rs, and the modules of
+# an area that register their own (metrics/kafka.rs, groups/metrics.rs).
+GATEWAY_SRC = REPO / "gateway" / "src"
 OPERATIONS = REPO / "docs" / "operations.md"
 DASHBOARD = REPO / "deploy" / "grafana" / "felix.json"
 PROMETHEUS = REPO / "deploy" / "prometheus" / "prometheus.yml"
@@ -25,7 +25,11 @@ NAME = re.compile(r"\bfelix_[a-z0-9_]+\b")
 def exported_metrics() -> dict[str, str]:
     """Exported family name -> type, as prometheus-client names them (`_total` appended
     to counters)."""
-    src = METRICS_RS.read_text() + "".join(p.read_text() for p in sorted(METRICS_MODULES.glob("*.rs")))
+    src = "".join(
+        text
+        for p in sorted(GATEWAY_SRC.rglob("*.rs"))
+        if "registry.register(" in (text := p.read_text())
+    )
     field_type = {}
     for field, ty in re.findall(r"pub (\w+): (?:Family<\w+, )?(Counter|Gauge|Histogram)", src):
         field_type[field] = ty
