@@ -29,6 +29,7 @@ pub mod oidc;
 pub mod protocol;
 pub mod record;
 pub mod transport;
+pub mod user_json;
 
 pub use batch::{BATCH_HEADER_LEN, BatchHeader, BatchIter, HeaderIter};
 pub use checked::CheckedBatch;

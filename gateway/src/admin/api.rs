@@ -14,8 +14,9 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use felix_meta::auth::{Action, Resource};
-use felix_wire::protocol::{ErrorBody, codes};
+use felix_wire::protocol::{ErrorBody, StreamConfig, codes};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use crate::auth::{Credential, unauthorized};
 use crate::broker::Broker;
@@ -208,4 +209,31 @@ pub(super) fn fault_injection_enabled() -> Result<(), ApiError> {
             "fault injection is off (start the broker with FELIX_FAULT_INJECTION=1)",
         ),
     })
+}
+
+/// Stream settings as a request body carries them: the protocol's [`StreamConfig`], except
+/// that an explicit `null` for a `hot_retention_*` setting means "no limit", as the
+/// responses print it (see [`felix_wire::user_json`]).
+#[derive(Debug, Default)]
+pub(super) struct UserStreamConfig(pub(super) StreamConfig);
+
+impl<'de> Deserialize<'de> for UserStreamConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut value = serde_json::Value::deserialize(d)?;
+        felix_wire::user_json::config_from_user(&mut value);
+        serde_json::from_value(value)
+            .map(UserStreamConfig)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Streams (one, or a list) as a response body: "no limit" printed as `null` rather than
+/// u64::MAX, which JavaScript and jq round.
+pub(super) fn stream_json<T: Serialize>(streams: &T) -> ApiResult<Json<serde_json::Value>> {
+    let mut value = serde_json::to_value(streams).map_err(|e| ApiError {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        body: ErrorBody::new(codes::INTERNAL, "internal", format!("encoding JSON: {e}")),
+    })?;
+    felix_wire::user_json::stream_for_user(&mut value);
+    Ok(Json(value))
 }

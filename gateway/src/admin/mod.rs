@@ -30,12 +30,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use felix_meta::auth::{Action, Resource};
-use felix_wire::protocol::{ErrorBody, StreamConfig, codes};
+use felix_wire::protocol::{ErrorBody, codes};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 pub use self::api::status_for;
-use self::api::{AdminState, ApiError, ApiResult, fault_injection_enabled, read};
+use self::api::{
+    AdminState, ApiError, ApiResult, UserStreamConfig, fault_injection_enabled, read, stream_json,
+};
 use crate::broker::Broker;
 use crate::metrics::Metrics;
 
@@ -390,7 +392,7 @@ struct NameBody {
 struct CreateStreamBody {
     name: String,
     #[serde(default)]
-    config: StreamConfig,
+    config: UserStreamConfig,
 }
 
 /// Only the tenants (and namespaces) the caller holds a grant on or below.
@@ -456,7 +458,7 @@ async fn list_streams(
             &Resource::stream(&tenant, &namespace, &s.name),
         )
     });
-    Ok(Json(streams).into_response())
+    Ok(stream_json(&streams)?.into_response())
 }
 
 async fn create_stream(
@@ -474,9 +476,9 @@ async fn create_stream(
     )?;
     let info = state
         .broker
-        .create_stream(&tenant, &namespace, &name, config)
+        .create_stream(&tenant, &namespace, &name, config.0)
         .await?;
-    Ok((StatusCode::CREATED, Json(info)).into_response())
+    Ok((StatusCode::CREATED, stream_json(&info)?).into_response())
 }
 
 async fn describe_stream(
@@ -493,7 +495,7 @@ async fn describe_stream(
         .broker
         .describe_stream(&tenant, &namespace, &stream)
         .await?;
-    Ok(Json(info).into_response())
+    Ok(stream_json(&info)?.into_response())
 }
 
 async fn list_segments(
@@ -524,12 +526,12 @@ async fn alter_stream(
         Action::StreamManage,
         &Resource::stream(&tenant, &namespace, &stream),
     )?;
-    let config: StreamConfig = read(body)?;
+    let UserStreamConfig(config) = read(body)?;
     let info = state
         .broker
         .alter_stream(&tenant, &namespace, &stream, config)
         .await?;
-    Ok(Json(info).into_response())
+    Ok(stream_json(&info)?.into_response())
 }
 
 async fn delete_stream(

@@ -315,4 +315,110 @@ async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
             at.1
         );
     }
+    no_limit_reads_as_null(&broker).await;
+}
+
+/// "No hot-retention limit" is u64::MAX on the wire; printed as 18446744073709551615 it is
+/// rounded by jq and JavaScript (to 18446744073709552000, a limit). felixctl's stream JSON
+/// and the admin HTTP API print `null` instead, and the HTTP API takes `null` to mean it.
+async fn no_limit_reads_as_null(broker: &Broker) {
+    // The default hot retention is "no limit" on both settings.
+    let created = run(broker, &["stream", "create", "smoke/ns/unbounded"], b"").await;
+    let described = run(broker, &["stream", "describe", "smoke/ns/unbounded"], b"").await;
+    let listed = run(broker, &["stream", "list", "smoke/ns"], b"").await;
+    let listed: serde_json::Value = serde_json::from_str(&listed.stdout).expect("list JSON");
+    let listed = listed
+        .as_array()
+        .and_then(|l| l.iter().find(|s| s["name"] == "unbounded"))
+        .cloned()
+        .expect("the stream is listed");
+    for (what, out) in [
+        ("create", created.stdout),
+        ("describe", described.stdout),
+        ("list", listed.to_string()),
+    ] {
+        assert!(
+            !out.contains("18446744073709551615"),
+            "stream {what} prints u64::MAX: {out}"
+        );
+        let info: serde_json::Value = serde_json::from_str(&out).expect("stream JSON");
+        for key in ["hot_retention_ms", "hot_retention_bytes"] {
+            let v = info["config"].get(key);
+            assert_eq!(
+                v,
+                Some(&serde_json::Value::Null),
+                "stream {what}: {key}: {out}"
+            );
+        }
+    }
+
+    let path = "/v1/streams/smoke/ns/unbounded";
+    let (status, body) = http_json(broker, "GET", path, "").await;
+    assert_eq!(status, 200, "{body}");
+    let info: serde_json::Value = serde_json::from_str(&body).expect("HTTP stream JSON");
+    assert_eq!(
+        info["config"]["hot_retention_ms"],
+        serde_json::Value::Null,
+        "{body}"
+    );
+    assert!(!body.contains("18446744073709551615"), "{body}");
+
+    // A limit reads back as itself; a written `null` puts "no limit" back.
+    let (status, body) = http_json(broker, "PATCH", path, r#"{"hot_retention_bytes": 4096}"#).await;
+    assert_eq!(status, 200, "{body}");
+    let info: serde_json::Value = serde_json::from_str(&body).expect("PATCH answer");
+    assert_eq!(info["config"]["hot_retention_bytes"], 4096, "{body}");
+    assert_eq!(
+        info["config"]["hot_retention_ms"],
+        serde_json::Value::Null,
+        "{body}"
+    );
+    let (status, body) = http_json(broker, "PATCH", path, r#"{"hot_retention_bytes": null}"#).await;
+    assert_eq!(status, 200, "{body}");
+    let described = run(broker, &["stream", "describe", "smoke/ns/unbounded"], b"").await;
+    let info: serde_json::Value = serde_json::from_str(&described.stdout).expect("describe");
+    assert_eq!(
+        info["config"]["hot_retention_bytes"],
+        serde_json::Value::Null,
+        "null on input means no limit again: {}",
+        described.stdout
+    );
+    // Bad input is refused and changes nothing.
+    let (status, body) = http_json(broker, "PATCH", path, r#"{"hot_retention_ms": "soon"}"#).await;
+    assert_eq!(status, 400, "{body}");
+    let (_, body) = http_json(broker, "GET", path, "").await;
+    let info: serde_json::Value = serde_json::from_str(&body).expect("HTTP stream JSON");
+    assert_eq!(
+        info["config"]["hot_retention_ms"],
+        serde_json::Value::Null,
+        "{body}"
+    );
+}
+
+/// One HTTP/1.1 request to the admin API with a JSON body: the status and body.
+async fn http_json(broker: &Broker, method: &str, path: &str, body: &str) -> (u16, String) {
+    use tokio::io::AsyncReadExt;
+    let addr = broker.admin_addr;
+    let mut s = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connect to the admin API");
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).await.expect("send");
+    let mut buf = Vec::new();
+    tokio::time::timeout(PATIENCE, s.read_to_end(&mut buf))
+        .await
+        .expect("the admin API answers")
+        .expect("read");
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {text:?}"));
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned());
+    (status, body.unwrap_or_default())
 }

@@ -16,11 +16,19 @@ pub(crate) fn print_json<T: Serialize>(value: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Streams (one, or a list) as JSON for a person or a script: "no limit" shown as `null`,
+/// not as the wire's u64::MAX, which jq and JavaScript round (felix_wire::user_json).
+pub(crate) fn stream_json<T: Serialize>(streams: &T) -> anyhow::Result<serde_json::Value> {
+    let mut v = serde_json::to_value(streams)?;
+    felix_wire::user_json::stream_for_user(&mut v);
+    Ok(v)
+}
+
 /// The stream as JSON, with the figures an operator asks for computed: per shard the
 /// upload lag (records committed but not yet in recorded objects), and the broker's cold
 /// cache hit rate.
 pub(crate) fn describe_json(info: &felix_client::StreamInfo) -> anyhow::Result<serde_json::Value> {
-    let mut v = serde_json::to_value(info)?;
+    let mut v = stream_json(info)?;
     if let Some(shards) = v.get_mut("shards").and_then(|s| s.as_array_mut()) {
         for (json, shard) in shards.iter_mut().zip(&info.shards) {
             let lag = if info.config.tiered == Some(true) {

@@ -4,7 +4,7 @@ use anyhow::{Context, anyhow};
 use felix_client::{Connection, StreamConfig, codes};
 
 use crate::args::StreamCommand;
-use crate::output::{describe_json, print_json};
+use crate::output::{describe_json, print_json, stream_json};
 
 pub(crate) async fn stream_command(client: &Connection, cmd: StreamCommand) -> anyhow::Result<u8> {
     match cmd {
@@ -25,7 +25,7 @@ pub(crate) async fn stream_command(client: &Connection, cmd: StreamCommand) -> a
                     .with_context(|| format!("describing {t}/{ns}/{s}"))?,
                 Err(e) => return Err(anyhow!(e).context(format!("creating stream {t}/{ns}/{s}"))),
             };
-            print_json(&info)?;
+            print_json(&stream_json(&info)?)?;
         }
         StreamCommand::Alter {
             path: (t, ns, s),
@@ -40,7 +40,7 @@ pub(crate) async fn stream_command(client: &Connection, cmd: StreamCommand) -> a
                 .alter_stream(&t, &ns, &s, config)
                 .await
                 .with_context(|| format!("altering stream {t}/{ns}/{s}"))?;
-            print_json(&info)?;
+            print_json(&stream_json(&info)?)?;
         }
         StreamCommand::Describe { path: (t, ns, s) } => {
             let info = client
@@ -54,7 +54,7 @@ pub(crate) async fn stream_command(client: &Connection, cmd: StreamCommand) -> a
                 .list_streams(&t, &ns)
                 .await
                 .with_context(|| format!("listing streams of {t}/{ns}"))?;
-            print_json(&streams)?;
+            print_json(&stream_json(&streams)?)?;
         }
         StreamCommand::Delete { path: (t, ns, s) } => {
             client
