@@ -41,6 +41,20 @@ if [ "${FELIX_SKIP_INSTALL:-0}" != 1 ]; then
     apt-get install -y kcat || { apt-get update && apt-get install -y kcat; }
   fi
   python3 -c 'import confluent_kafka' 2>/dev/null || python3 -m pip install --quiet confluent-kafka
+  # The Kafka clients that are not librdkafka (gateway/tests/broker/kafka_clients.rs):
+  # aiokafka and kafka-python from PyPI, kafkajs from npm on Debian's node. kafkajs goes
+  # outside the repository, where the test looks for it (or FELIX_KAFKAJS_MODULES says).
+  python3 -c 'import aiokafka, kafka' 2>/dev/null \
+    || python3 -m pip install --quiet aiokafka kafka-python
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    apt-get install -y nodejs npm || { apt-get update && apt-get install -y nodejs npm; }
+  fi
+  kafkajs_dir="${XDG_CACHE_HOME:-$HOME/.cache}/felix/kafkajs"
+  if [ ! -f "$kafkajs_dir/node_modules/kafkajs/package.json" ]; then
+    mkdir -p "$kafkajs_dir"
+    (cd "$kafkajs_dir" && npm install --silent --no-audit --no-fund kafkajs@2.2.4)
+  fi
+  export FELIX_KAFKAJS_MODULES="$kafkajs_dir/node_modules"
   # The offline Terraform checks (terraform/tests): python-hcl2 parses every .tf file,
   # PyYAML reads the rendered cloud-init user data, pytest runs them.
   python3 -c 'import hcl2, pytest, yaml; hcl2.load' 2>/dev/null \

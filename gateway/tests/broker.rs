@@ -29,6 +29,7 @@ mod broker {
     mod kafka;
     mod kafka_admin;
     mod kafka_auth;
+    mod kafka_clients;
     mod leases;
     mod limits;
     mod oidc;
