@@ -7,8 +7,6 @@
 //! mismatch are each refused with their reason, counted, and mint nothing. One broker
 //! serves every case.
 
-use std::time::Duration;
-
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::rsa::{KeyPair as RsaKeyPair, KeySize};
 use aws_lc_rs::signature::{
@@ -18,7 +16,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use felix_client::{AckMode, ClientConfig, ClientError, Connection, StartAt, codes};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::common::{Broker, BrokerOptions, durable_stream, metric_lines, metric_value};
 
@@ -140,7 +137,7 @@ fn felix_claims(token: &str) -> Value {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(payload).unwrap()).unwrap()
 }
 
-/// One HTTP/1.1 request on the admin port: status and body.
+/// One HTTP/1.1 request on the admin port (`auth::http`): status and the body as JSON.
 async fn http(
     broker: &Broker,
     method: &str,
@@ -148,28 +145,8 @@ async fn http(
     bearer: Option<&str>,
     body: &str,
 ) -> (u16, Value) {
-    let mut s = tokio::net::TcpStream::connect(broker.admin_addr)
-        .await
-        .expect("connect admin");
-    let auth = bearer.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: felix\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf))
-        .await
-        .expect("an HTTP answer")
-        .unwrap();
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    let (status, body) = super::auth::http(broker.admin_addr, method, path, bearer, body).await;
+    (status, serde_json::from_str(&body).unwrap_or(Value::Null))
 }
 
 async fn exchange(broker: &Broker, tenant: &str, jwt: &str) -> (u16, Value) {
