@@ -107,7 +107,7 @@ impl Broker {
             match tier.read(pos, max_bytes.max(1), Some(high_watermark)).await {
                 Ok(read) if !read.batches.is_empty() => {
                     if let Some(damage) = &read.hot_damage {
-                        crate::corruption::served_around(damage);
+                        crate::segment_repair::served_around(&tier, damage);
                     }
                     return Ok(ShardRead {
                         batches: read.batches,

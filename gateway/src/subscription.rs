@@ -155,7 +155,7 @@ impl Subscription {
                     match tier.read(*pos, self.read_limit, Some(cursor)).await {
                         Ok(read) if !read.batches.is_empty() => {
                             if let Some(damage) = &read.hot_damage {
-                                crate::corruption::served_around(damage);
+                                crate::segment_repair::served_around(tier, damage);
                             }
                             let batch = LiveBatch {
                                 first_offset: *pos,
