@@ -122,7 +122,10 @@ impl Broker {
                 }
                 // No whole batch below the bound from here: a gap up to it.
                 Ok(_) => pos = high_watermark,
-                Err(e) => return Err(cold_error(&e)),
+                Err(e) => {
+                    crate::segment_repair::refused(&self.node, &shard, &e);
+                    return Err(cold_error(&e));
+                }
             }
         }
         Ok(ShardRead {

@@ -35,5 +35,6 @@ mod broker {
     mod oidc;
     mod ordering;
     mod quotas;
+    mod repair;
     mod tiering;
 }
