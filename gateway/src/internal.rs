@@ -1,6 +1,7 @@
 //! The routes a broker serves to other brokers on its internal address, next to the control
 //! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader) and
-//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard).
+//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard), and
+//! `POST /repl/groups` (a copy of a shard's group journal, `crate::groups::copy`).
 //!
 //! Invariant: until the broker has started, both routes refuse with a retryable error;
 //! nothing here decides anything the client protocol does not decide the same way. Who may
@@ -28,6 +29,7 @@ pub fn router(slot: BrokerSlot) -> axum::Router {
     axum::Router::new()
         .route("/repl/fetch", post(fetch))
         .route("/repl/publish", post(forwarded_publish))
+        .route(crate::groups::copy::PATH, post(crate::groups::copy::serve))
         .with_state(slot)
 }
 

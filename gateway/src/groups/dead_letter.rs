@@ -94,7 +94,7 @@ async fn publish_all(
         let t = gs
             .record(&group.name, c, vec![Event::Producer { id, epoch }])
             .await?;
-        GroupShard::written(t).await?;
+        gs.written(t).await?;
     }
     let Some((producer, epoch)) = c.progress.producer else {
         return Ok(None);
@@ -122,7 +122,7 @@ async fn publish_all(
                         }],
                     )
                     .await?;
-                GroupShard::written(t).await?;
+                gs.written(t).await?;
                 (dshard, seq)
             }
         };
