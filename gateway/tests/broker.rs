@@ -24,6 +24,7 @@ mod broker {
     mod felixctl;
     mod fencing;
     mod groups;
+    mod groups_auth;
     mod groups_failover;
     mod idempotence;
     mod internal_auth;

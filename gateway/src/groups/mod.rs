@@ -11,6 +11,8 @@
 //! * `answers.rs` — ack, nack and extend.
 //! * `commit.rs` — a position committed with `expected_offset` (single-writer fencing).
 //! * `dead_letter.rs` — publishing exhausted records to the dead-letter stream, once.
+//! * [`duty`] — a broker's own publishes (dead letters forwarded to another broker) and
+//!   the check their owner makes with `auth` on.
 //! * `admin.rs` — create, describe, list, delete (existence and settings are the control
 //!   plane's).
 //! * `requests.rs` — the QUIC requests, answered.
@@ -29,6 +31,7 @@ pub(crate) mod commit;
 pub mod copy;
 pub(crate) mod cursor;
 pub(crate) mod dead_letter;
+pub mod duty;
 pub(crate) mod follow;
 pub(crate) mod journal;
 pub mod metrics;
