@@ -138,6 +138,9 @@ impl Broker {
                 self.node.config.publish_quorum_timeout_ms,
             ),
         });
+        if g.replication.generation.is_some() {
+            self.rewind_past_end(&g).await?;
+        }
         open.insert(key, g.clone());
         Ok(g)
     }

@@ -17,9 +17,11 @@ use std::time::Duration;
 
 use felix_meta::model::Placement;
 use felix_wire::protocol::{ErrorBody, codes};
-use tracing::info;
+use tracing::{info, warn};
 
+use super::GroupShard;
 use super::copy::{self, CopyAnswer, CopyError};
+use super::cursor::{Cursor, Event};
 use super::journal;
 use super::replica::{JournalLog, Replication};
 use crate::broker::Broker;
@@ -85,6 +87,37 @@ impl Broker {
             info!(shard = %j.shard.key, generation, end = last + 1, "took the group journal over");
         }
         Ok(replication)
+    }
+
+    /// Brings every group's read position on `gs` back to the shard's log end where it is
+    /// past it: after a Leader stream's failover the new leader's log may end before records
+    /// the old leader handed out, and the offsets past its end will hold new records that no
+    /// one has seen. A Quorum stream's positions never pass the committed mark, which every
+    /// new leader's log holds: nothing changes there.
+    pub(crate) async fn rewind_past_end(&self, gs: &GroupShard) -> Result<(), ErrorBody> {
+        let Some(log) = gs.shard.log.as_ref() else {
+            return Ok(());
+        };
+        let end = log.next_offset();
+        let cursors: Vec<(String, std::sync::Arc<tokio::sync::Mutex<Cursor>>)> = gs
+            .cursors
+            .lock()
+            .iter()
+            .map(|(k, c)| (k.clone(), c.clone()))
+            .collect();
+        for (name, c) in cursors {
+            let mut c = c.lock().await;
+            if c.progress.next.is_some_and(|n| n > end) {
+                warn!(shard = %gs.key, group = name, to = end,
+                    "group position past the new leader's log end: rewound");
+                let t = gs
+                    .record(&name, &mut c, vec![Event::Rewind { to: end }])
+                    .await?;
+                drop(c);
+                gs.written(t).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Asks the other replicas for their copies until a majority answered, and brings this
