@@ -44,6 +44,7 @@ pub mod sweep;
 
 mod admin;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -95,15 +96,29 @@ impl Broker {
         let key = shard_key(tenant, namespace, stream, shard_no);
         let (shard, _) = self.shard(&key)?;
         let generation = shard.repl.as_ref().and_then(|r| r.leading());
-        let mut open = self.groups.open.lock().await;
-        if let Some(g) = open.get(&key)
-            && Arc::ptr_eq(&g.shard, &shard)
-            && g.replication.generation == generation
-        {
-            return Ok(g.clone());
+        let current = |open: &HashMap<ShardKey, Arc<GroupShard>>| {
+            open.get(&key)
+                .filter(|g| Arc::ptr_eq(&g.shard, &shard) && g.replication.generation == generation)
+                .cloned()
+        };
+        if let Some(g) = current(&*self.groups.open.lock().await) {
+            return Ok(g);
         }
-        // A re-created stream's shard, or a new leadership: the journal is taken over again.
-        open.remove(&key);
+        // A re-created stream's shard, or a new leadership: the journal is taken over again,
+        // once (one taking over per shard at a time), and without holding up the other
+        // shards' groups meanwhile: a takeover may wait seconds for other replicas.
+        let one = self
+            .groups
+            .taking_over
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let _one = one.lock().await;
+        if let Some(g) = current(&*self.groups.open.lock().await) {
+            return Ok(g);
+        }
+        self.groups.open.lock().await.remove(&key);
         let mut j = self.journal_log(&shard).await?;
         let replication = match (generation, self.node.meta.placement(&key)) {
             (Some(generation), Some(p)) if p.replicas.len() > 1 => {
@@ -141,7 +156,7 @@ impl Broker {
         if g.replication.generation.is_some() {
             self.rewind_past_end(&g).await?;
         }
-        open.insert(key, g.clone());
+        self.groups.open.lock().await.insert(key, g.clone());
         Ok(g)
     }
 

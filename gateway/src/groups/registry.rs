@@ -29,6 +29,8 @@ pub struct Groups {
     pub(super) open: tokio::sync::Mutex<HashMap<ShardKey, Arc<GroupShard>>>,
     pub(super) logs: tokio::sync::Mutex<HashMap<ShardKey, JournalLog>>,
     pub(super) followers: tokio::sync::Mutex<HashMap<ShardKey, Following>>,
+    /// One takeover of a shard's journal at a time.
+    pub(super) taking_over: parking_lot::Mutex<HashMap<ShardKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// The groups of one shard: its journal and each group's cursor.
