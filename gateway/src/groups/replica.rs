@@ -83,6 +83,17 @@ impl JournalMark {
         self.changed.send_modify(|n| *n += 1);
     }
 
+    /// Each replica's reported end at `generation`.
+    fn ends_at(&self, generation: u64) -> Vec<(u64, u64)> {
+        let g = self.ends.lock();
+        if g.0 != generation {
+            return Vec::new();
+        }
+        let mut ends: Vec<(u64, u64)> = g.1.iter().map(|(r, e)| (*r, *e)).collect();
+        ends.sort_unstable();
+        ends
+    }
+
     /// How many of `replicas` (this broker, `me`, counted by `my_end`) hold everything
     /// below `end` at `generation`.
     fn holders(&self, generation: u64, replicas: &[u64], me: u64, my_end: u64, end: u64) -> usize {
@@ -140,6 +151,17 @@ pub(crate) struct Replication {
 }
 
 impl Broker {
+    /// Where a shard's group journal stands on its replicas, while this broker leads the
+    /// shard and has taken the journal over: this broker's end and each other replica's
+    /// reported end (the replicas that reported at this generation). `None` otherwise. A
+    /// shard move waits on it: a new replica holds the groups' progress once its end
+    /// reached the leader's (docs/groups.md).
+    pub async fn group_journal_ends(&self, key: &ShardKey) -> Option<(u64, Vec<(u64, u64)>)> {
+        let g = self.groups.open.lock().await.get(key).cloned()?;
+        let generation = g.replication.generation?;
+        Some((g.log.committed_offset(), g.mark.ends_at(generation)))
+    }
+
     /// The journal directory of a shard.
     pub(crate) fn journal_dir(&self, key: &ShardKey) -> PathBuf {
         self.shards
