@@ -96,9 +96,24 @@ impl Broker {
         let key = shard_key(tenant, namespace, stream, shard_no);
         let (shard, _) = self.shard(&key)?;
         let generation = shard.repl.as_ref().and_then(|r| r.leading());
+        // The replicas a change waits for: a placement that grew or moved (same generation)
+        // takes the journal over again, so the new replicas count from then on.
+        let placement = self
+            .node
+            .meta
+            .placement(&key)
+            .filter(|p| generation.is_some() && p.replicas.len() > 1);
+        let replicas = placement
+            .as_ref()
+            .map(|p| p.replicas.clone())
+            .unwrap_or_default();
         let current = |open: &HashMap<ShardKey, Arc<GroupShard>>| {
             open.get(&key)
-                .filter(|g| Arc::ptr_eq(&g.shard, &shard) && g.replication.generation == generation)
+                .filter(|g| {
+                    Arc::ptr_eq(&g.shard, &shard)
+                        && g.replication.generation == generation
+                        && g.replication.replicas == replicas
+                })
                 .cloned()
         };
         if let Some(g) = current(&*self.groups.open.lock().await) {
@@ -120,10 +135,8 @@ impl Broker {
         }
         self.groups.open.lock().await.remove(&key);
         let mut j = self.journal_log(&shard).await?;
-        let replication = match (generation, self.node.meta.placement(&key)) {
-            (Some(generation), Some(p)) if p.replicas.len() > 1 => {
-                self.take_journal_over(&mut j, &p, generation).await?
-            }
+        let replication = match (generation, placement) {
+            (Some(generation), Some(p)) => self.take_journal_over(&mut j, &p, generation).await?,
             (generation, _) => replica::Replication {
                 generation,
                 ..Default::default()
