@@ -222,6 +222,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn copies_are_compared_by_the_generations_of_their_batches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = open_log(
+            dir.path(),
+            "t/n/s/0/groups".into(),
+            FsyncPolicy::OnCommit,
+            0,
+        )
+        .expect("open");
+        assert_eq!(last_generation(&log), -1, "an empty copy has no generation");
+        log.set_generation(1).expect("generation 1");
+        append(&log, "a", 1, &[Event::Skip { to: 0 }])
+            .await
+            .expect("a");
+        append(&log, "a", 1, &[claim(0)]).await.expect("b");
+        log.set_generation(3).expect("generation 3");
+        let t = append_barrier(&log).await.expect("barrier");
+        t.committed().await.expect("written");
+        assert_eq!(last_generation(&log), 3);
+        assert_eq!(generation_at(&log, 1), Some(1));
+        assert_eq!(generation_at(&log, 2), Some(3));
+        assert_eq!(generation_at(&log, 3), None, "past the end");
+        // A copy whose last batch is of generation 1 or 2 agrees with this one below 2.
+        assert_eq!(end_of_generation(&log, 1), 2);
+        assert_eq!(end_of_generation(&log, 2), 2);
+        assert_eq!(end_of_generation(&log, 3), 3);
+        // The barrier belongs to no group: a replay ignores it.
+        let (cursors, _) = replay_all(&log).expect("replay");
+        assert_eq!(cursors["a"].progress.next, Some(1));
+    }
+
+    #[tokio::test]
     async fn replay_gives_each_groups_progress_and_a_snapshot_replaces_what_came_before() {
         let dir = tempfile::tempdir().expect("tempdir");
         let open_it = || open(dir.path(), "t/n/s/0/groups".into(), FsyncPolicy::OnCommit);
