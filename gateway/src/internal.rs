@@ -1,9 +1,10 @@
 //! The routes a broker serves to other brokers on its internal address, next to the control
-//! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader) and
-//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard), and
-//! `POST /repl/segment` (a range of records for a replica rewriting a damaged segment).
+//! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader),
+//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard),
+//! `POST /repl/segment` (a range of records for a replica rewriting a damaged segment) and
+//! `POST /repl/groups` (a copy of a shard's group journal, `crate::groups::copy`).
 //!
-//! Invariant: until the broker has started, both routes refuse with a retryable error;
+//! Invariant: until the broker has started, every route refuses with a retryable error;
 //! nothing here decides anything the client protocol does not decide the same way. Who may
 //! call them is decided before these handlers run: with a cluster secret, the control
 //! plane's server refuses unsigned requests (`felix_meta::network::require_signed`).
@@ -31,6 +32,7 @@ pub fn router(slot: BrokerSlot) -> axum::Router {
         .route("/repl/fetch", post(fetch))
         .route("/repl/publish", post(forwarded_publish))
         .route("/repl/segment", post(segment))
+        .route(crate::groups::copy::PATH, post(crate::groups::copy::serve))
         .with_state(slot)
 }
 
