@@ -41,23 +41,44 @@ pub(crate) async fn replay(
     stream: &str,
     end: u64,
     repeat: bool,
+    stop: watch::Receiver<bool>,
+    progress: Arc<AtomicU64>,
+) -> anyhow::Result<ReplayFigures> {
+    replay_from(client, namespace, stream, 0, end, repeat, stop, progress).await
+}
+
+/// [`replay`] from offset `from` instead of `earliest` (a reader of many that start at
+/// different places); each pass must begin at `from`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn replay_from(
+    client: &Connection,
+    namespace: &str,
+    stream: &str,
+    from: u64,
+    end: u64,
+    repeat: bool,
     mut stop: watch::Receiver<bool>,
     progress: Arc<AtomicU64>,
 ) -> anyhow::Result<ReplayFigures> {
     let mut f = ReplayFigures::default();
     let start = Instant::now();
     'passes: loop {
+        let start_at = if from == 0 {
+            StartAt::Earliest
+        } else {
+            StartAt::Offset(from)
+        };
         let mut sub = client
-            .subscribe(TENANT, namespace, stream, 0, StartAt::Earliest)
+            .subscribe(TENANT, namespace, stream, 0, start_at)
             .await
-            .context("subscribe from earliest")?;
-        if sub.start_offset() != 0 {
+            .context("subscribe")?;
+        if sub.start_offset() != from {
             bail!(
-                "the replay starts at offset {}, not 0: records were lost",
+                "the replay starts at offset {}, not {from}: records were lost",
                 sub.start_offset()
             );
         }
-        let mut expected = 0u64;
+        let mut expected = from;
         while expected < end {
             let event = tokio::select! {
                 biased;

@@ -99,6 +99,8 @@ impl Broker {
         let tier_store = TierStore::open(&config.store_config())
             .await
             .map_err(|e| anyhow::anyhow!("object store {}: {e}", config.object_store))?;
+        // Off only in a benchmark (the setting is refused without fault injection).
+        felix_cold::segment::skip_content_digests(config.cold_skip_content_digests);
         let cold_cache = ColdCache::open(tier_store.clone(), config.cache_config())
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;

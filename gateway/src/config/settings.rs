@@ -268,6 +268,14 @@ settings! {
     #[arg(env = "FELIX_OBJECT_STORE_GET_BYTES_PER_SEC", value_name = "BYTES")]
     object_store_get_bytes_per_sec: u64 = 0, fault_injection_only;
 
+    /// Benchmark tool (`FELIX_FAULT_INJECTION=1` only): cold reads skip the content-digest
+    /// check of rebuilt row groups, to measure what the check costs. Never in production:
+    /// bytes that rotted in a way Parquet still decodes would be served.
+    ///
+    /// Default: `false`
+    #[arg(env = "FELIX_COLD_SKIP_CONTENT_DIGESTS", value_name = "BOOL", value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
+    cold_skip_content_digests: bool = false, fault_injection_only;
+
     /// Threads that decode row groups fetched from the object store, shared by every cold
     /// reader, at nice +10 so replays yield CPU to publishing; at least 1.
     ///

@@ -326,6 +326,7 @@ fn a_simulated_slow_store_is_refused_without_fault_injection() {
         "--object-store-get-latency-ms=30",
         "--object-store-get-jitter-ms=50",
         "--object-store-get-bytes-per-sec=100000000",
+        "--cold-skip-content-digests=true",
     ] {
         let (code, stderr) = run_to_exit(&[flag, "--check-config"], &[]);
         assert_ne!(code, Some(0), "{flag} without fault injection: {stderr}");
