@@ -12,6 +12,11 @@
 #   bench/catchup-latency.sh
 #   BUILD=release GIB=1 REPS=3 bench/catchup-latency.sh   (defaults: debug, 0.25, 2)
 #   REPORT_ONLY=1 bench/catchup-latency.sh                  (rewrite the .md from the .jsonl)
+#   CASES="s3-30ms" READERS=0 PUBLISH=0 REPS=1 RESULTS=bench/results/catchup-chart \
+#     bench/catchup-latency.sh                              (some cases only, elsewhere)
+#
+# The .md is followed by an SVG chart of MB/s over time (hot, cold-empty, cold-warm) of the
+# first s3-30ms repetition: $RESULTS-s3-30ms.svg.
 #
 # Cases (each after a restart with the cache dir wiped; hot, cold-empty and cold-warm
 # replays alternate inside a repetition):
@@ -22,7 +27,8 @@
 #                the fixed read-ahead of two row groups the broker had before
 #   *-nodigest   the same with cold_skip_content_digests (local and s3-30ms)
 #   readers-10   s3-30ms, ten readers at once from offsets i/10 of the stream (aggregate)
-# then publish latency at half the load rate, alone and beside one cold reader (s3-30ms).
+# then publish latency at half the load rate, alone, beside one cold reader and beside one
+# reader of the hot copy (s3-30ms).
 set -euo pipefail
 {
 cd "$(dirname "$0")/.."
@@ -36,7 +42,10 @@ SEGMENT_BYTES=${SEGMENT_BYTES:-$((64 << 20))}
 ROW_GROUP_BYTES=${ROW_GROUP_BYTES:-$((4 << 20))}
 LAT_SECS=${LAT_SECS:-15}
 REPORT_ONLY=${REPORT_ONLY:-0}
-RESULTS=bench/results/catchup-latency
+RESULTS=${RESULTS:-bench/results/catchup-latency}
+CASES=${CASES:-"local local-nodigest s3-30ms s3-30ms-nodigest s3-30-80ms s3-30ms-2rg"}
+READERS=${READERS:-1}
+PUBLISH=${PUBLISH:-1}
 BIN=./target/$BUILD/felix-bench
 FELIX=./target/$BUILD/felix
 SLOW=(--object-store-get-latency-ms 30 --object-store-get-bytes-per-sec 100000000)
@@ -128,23 +137,35 @@ if [ "$REPORT_ONLY" != 1 ]; then
   phase load --phase make-cold --stream catchup
   for rep in $(seq 1 "$REPS"); do
     echo "repetition $rep of $REPS" >&2
-    replays local
-    replays local-nodigest --cold-skip-content-digests
-    replays s3-30ms "${SLOW[@]}"
-    replays s3-30ms-nodigest "${SLOW[@]}" --cold-skip-content-digests
-    replays s3-30-80ms "${TAIL[@]}"
-    replays s3-30ms-2rg "${SLOW[@]}" --cold-read-ahead-bytes $((2 * ROW_GROUP_BYTES))
+    for case in $CASES; do
+      case $case in
+        local) replays local ;;
+        local-nodigest) replays local-nodigest --cold-skip-content-digests ;;
+        s3-30ms) replays s3-30ms "${SLOW[@]}" ;;
+        s3-30ms-nodigest) replays s3-30ms-nodigest "${SLOW[@]}" --cold-skip-content-digests ;;
+        s3-30-80ms) replays s3-30-80ms "${TAIL[@]}" ;;
+        s3-30ms-2rg) replays s3-30ms-2rg "${SLOW[@]}" --cold-read-ahead-bytes $((2 * ROW_GROUP_BYTES)) ;;
+        *) echo "unknown case $case" >&2; exit 2 ;;
+      esac
+    done
   done
-  stop_felix
-  start_felix "${SLOW[@]}"
-  phase readers-10 --phase replay --stream catchup --expect cold --label cold-empty --readers 10
-  phase readers-10 --phase replay --stream catchup --expect cold --label cold-warm --readers 10
-  phase readers-10 --phase replay --stream catchup-hot --expect hot --label hot --readers 10
-  stop_felix
-  start_felix "${SLOW[@]}"
-  phase publish --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label alone
-  phase publish --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label cold-reader --cold-reader
-  phase publish --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label alone
+  if [ "$READERS" = 1 ]; then
+    stop_felix
+    start_felix "${SLOW[@]}"
+    phase readers-10 --phase replay --stream catchup --expect cold --label cold-empty --readers 10
+    phase readers-10 --phase replay --stream catchup --expect cold --label cold-warm --readers 10
+    phase readers-10 --phase replay --stream catchup-hot --expect hot --label hot --readers 10
+  fi
+  if [ "$PUBLISH" = 1 ]; then
+    stop_felix
+    start_felix "${SLOW[@]}"
+    phase publish --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label alone
+    phase publish --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label cold-reader --cold-reader
+    # The same reader on the hot copy: what delivering a replay costs the publishes, apart
+    # from fetching and decoding cold history.
+    phase publish --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label hot-reader --cold-reader --stream catchup-hot
+    phase publish --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label alone
+  fi
   stop_felix
   echo "{\"case\":\"run\",\"build\":\"$BUILD\",\"commit\":\"$(git rev-parse --short HEAD)\",\"seconds\":$(($(date +%s) - START)),\"cpu\":\"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')\",\"cores\":$(nproc),\"gib\":$GIB,\"reps\":$REPS}" >>"$OUT"
   cp "$OUT" "$RESULTS.jsonl"
@@ -153,4 +174,8 @@ fi
 
 python3 bench/catchup_latency_report.py "$RESULTS.jsonl" >"$RESULTS.md"
 echo "wrote $RESULTS.md" >&2
+if python3 bench/catchup_chart.py "$RESULTS.jsonl" s3-30ms >"$TMP/chart.svg"; then
+  cp "$TMP/chart.svg" "$RESULTS-s3-30ms.svg"
+  echo "wrote $RESULTS-s3-30ms.svg" >&2
+fi
 }

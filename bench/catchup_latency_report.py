@@ -108,6 +108,10 @@ for label in ("hot", "cold-empty", "cold-warm"):
 w("")
 w("## Publish latency beside a cold reader (s3-30ms)")
 w("")
+w("Publishing to a fresh tiered stream at half the load phase's rate, 4 publishers; the reader "
+  "replays the cold stream (`cold-reader`) or the hot copy (`hot-reader`) from offset 0 on its own "
+  "connection for the whole window. Target: p99 with a cold reader ≤ 1.2× alone.")
+w("")
 w("| run | rate (records/s) | achieved | ack p50 ms | ack p99 ms | ack p99.9 ms | p99 × alone (mean of the two) | reader MB/s |")
 w("|---|---|---|---|---|---|---|---|")
 pubs = [r for r in rows if r.get("phase") == "publish-latency"]
@@ -115,9 +119,15 @@ alone = [r["publish"]["ack_p99_us"] for r in pubs if not r.get("cold_reader")]
 alone_p99 = statistics.mean(alone) if alone else float("nan")
 for r in pubs:
     p = r["publish"]
-    ratio = p["ack_p99_us"] / alone_p99 if r.get("cold_reader") else float("nan")
+    ratio = p["ack_p99_us"] / alone_p99 if r.get("cold_reader") else float("nan")  # any reader
     reader = r.get("reader") or {}
     w(f"| {r['label']} | {fmt(p['target_rate'], 0)} | {fmt(p['records_per_sec'], 0)} | {fmt(p['ack_p50_us'] / 1e3)} | "
       f"{fmt(p['ack_p99_us'] / 1e3)} | {fmt(p['ack_p999_us'] / 1e3)} | "
       f"{'' if ratio != ratio else fmt(ratio, 2) + '×'} | {fmt(reader.get('payload_mb_per_sec', float('nan')))} |")
+# Hand-written reading of the figures, kept beside the results (not regenerated).
+notes = sys.argv[1].replace(".jsonl", "-notes.md")
+try:
+    out += ["", open(notes).read().rstrip()]
+except FileNotFoundError:
+    pass
 print("\n".join(out))

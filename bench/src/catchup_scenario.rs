@@ -568,8 +568,12 @@ async fn replay_phase(b: &Bench) -> anyhow::Result<ReplayReport> {
 }
 
 /// Several readers' figures as one: their records and bytes summed over the wall time of
-/// them all; the first record is the slowest reader's.
+/// them all; the first record is the slowest reader's (no timeline: it is per reader).
 fn combine(runs: Vec<ReplayFigures>, seconds: f64) -> ReplayFigures {
+    if let [one] = runs.as_slice() {
+        // One reader: its own figures, timeline included.
+        return one.clone();
+    }
     let mut f = ReplayFigures {
         seconds,
         ..ReplayFigures::default()

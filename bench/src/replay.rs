@@ -30,7 +30,13 @@ pub(crate) struct ReplayFigures {
     pub(crate) records_per_sec: f64,
     /// Times the reader started again from offset 0 after reaching the end.
     pub(crate) passes_completed: u64,
+    /// Payload MB/s in each [`TIMELINE_STEP`] since the subscribe call (the last step
+    /// partial), for the MB/s-over-time chart.
+    pub(crate) timeline_mb_per_sec: Vec<f64>,
 }
+
+/// The width of one step of [`ReplayFigures::timeline_mb_per_sec`].
+pub(crate) const TIMELINE_STEP: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Reads `stream` (in tenant `bench`, `namespace`) from `earliest` up to `end` (exclusive),
 /// checking the offsets are contiguous; again from the start after reaching `end` while
@@ -62,6 +68,8 @@ pub(crate) async fn replay_from(
 ) -> anyhow::Result<ReplayFigures> {
     let mut f = ReplayFigures::default();
     let start = Instant::now();
+    let step = TIMELINE_STEP.as_secs_f64();
+    let (mut step_end, mut step_bytes) = (start + TIMELINE_STEP, 0u64);
     'passes: loop {
         let start_at = if from == 0 {
             StartAt::Earliest
@@ -101,6 +109,13 @@ pub(crate) async fn replay_from(
             expected += 1;
             f.records += 1;
             f.payload_bytes += event.payload.len() as u64;
+            let now = Instant::now();
+            while now >= step_end {
+                f.timeline_mb_per_sec.push(step_bytes as f64 / step / 1e6);
+                step_bytes = 0;
+                step_end += TIMELINE_STEP;
+            }
+            step_bytes += event.payload.len() as u64;
             if f.records.is_multiple_of(4096) {
                 progress.store(f.records, Ordering::Relaxed);
             }
@@ -112,6 +127,12 @@ pub(crate) async fn replay_from(
     }
     progress.store(f.records, Ordering::Relaxed);
     f.seconds = start.elapsed().as_secs_f64();
+    // A last step shorter than half a step would chart as noise: drop it.
+    let partial = f.seconds - f.timeline_mb_per_sec.len() as f64 * step;
+    if partial >= step / 2.0 {
+        f.timeline_mb_per_sec
+            .push(step_bytes as f64 / partial / 1e6);
+    }
     let secs = f.seconds.max(1e-9);
     f.payload_mb_per_sec = f.payload_bytes as f64 / secs / 1e6;
     f.records_per_sec = f.records as f64 / secs;
