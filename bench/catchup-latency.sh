@@ -165,6 +165,13 @@ if [ "$REPORT_ONLY" != 1 ]; then
     # from fetching and decoding cold history.
     phase publish --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label hot-reader --cold-reader --stream catchup-hot
     phase publish --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label alone
+    # The same cold reader with read-ahead held to two row groups (about the fixed
+    # read-ahead before it was sized by the store): does deeper read-ahead cost publishes?
+    stop_felix
+    start_felix "${SLOW[@]}" --cold-read-ahead-bytes $((2 * ROW_GROUP_BYTES))
+    phase publish-2rg --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label alone
+    phase publish-2rg --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label cold-reader --cold-reader
+    phase publish-2rg --phase publish-latency --rate "$rate" --seconds "$LAT_SECS" --label alone
   fi
   stop_felix
   echo "{\"case\":\"run\",\"build\":\"$BUILD\",\"commit\":\"$(git rev-parse --short HEAD)\",\"seconds\":$(($(date +%s) - START)),\"cpu\":\"$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')\",\"cores\":$(nproc),\"gib\":$GIB,\"reps\":$REPS}" >>"$OUT"

@@ -112,18 +112,22 @@ w("Publishing to a fresh tiered stream at half the load phase's rate, 4 publishe
   "replays the cold stream (`cold-reader`) or the hot copy (`hot-reader`) from offset 0 on its own "
   "connection for the whole window. Target: p99 with a cold reader ≤ 1.2× alone.")
 w("")
-w("| run | rate (records/s) | achieved | ack p50 ms | ack p99 ms | ack p99.9 ms | p99 × alone (mean of the two) | reader MB/s |")
-w("|---|---|---|---|---|---|---|---|")
-pubs = [r for r in rows if r.get("phase") == "publish-latency"]
-alone = [r["publish"]["ack_p99_us"] for r in pubs if not r.get("cold_reader")]
-alone_p99 = statistics.mean(alone) if alone else float("nan")
-for r in pubs:
-    p = r["publish"]
-    ratio = p["ack_p99_us"] / alone_p99 if r.get("cold_reader") else float("nan")  # any reader
-    reader = r.get("reader") or {}
-    w(f"| {r['label']} | {fmt(p['target_rate'], 0)} | {fmt(p['records_per_sec'], 0)} | {fmt(p['ack_p50_us'] / 1e3)} | "
-      f"{fmt(p['ack_p99_us'] / 1e3)} | {fmt(p['ack_p999_us'] / 1e3)} | "
-      f"{'' if ratio != ratio else fmt(ratio, 2) + '×'} | {fmt(reader.get('payload_mb_per_sec', float('nan')))} |")
+w("| broker | run | rate (records/s) | achieved | ack p50 ms | ack p99 ms | ack p99.9 ms | p99 × alone (mean of the two) | reader MB/s |")
+w("|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    if r.get("phase") == "publish-latency":
+        r["group"] = r["case"]
+for group in dict.fromkeys(r["group"] for r in rows if r.get("phase") == "publish-latency"):
+    pubs = [r for r in rows if r.get("phase") == "publish-latency" and r["group"] == group]
+    alone = [r["publish"]["ack_p99_us"] for r in pubs if not r.get("cold_reader")]
+    alone_p99 = statistics.mean(alone) if alone else float("nan")
+    for r in pubs:
+        p = r["publish"]
+        ratio = p["ack_p99_us"] / alone_p99 if r.get("cold_reader") else float("nan")  # any reader
+        reader = r.get("reader") or {}
+        w(f"| `{r.get('broker_flags', '')}` | {r['label']} | {fmt(p['target_rate'], 0)} | {fmt(p['records_per_sec'], 0)} | {fmt(p['ack_p50_us'] / 1e3)} | "
+          f"{fmt(p['ack_p99_us'] / 1e3)} | {fmt(p['ack_p999_us'] / 1e3)} | "
+          f"{'' if ratio != ratio else fmt(ratio, 2) + '×'} | {fmt(reader.get('payload_mb_per_sec', float('nan')))} |")
 # Hand-written reading of the figures, kept beside the results (not regenerated).
 notes = sys.argv[1].replace(".jsonl", "-notes.md")
 try:

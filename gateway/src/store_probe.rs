@@ -30,11 +30,13 @@ pub(crate) async fn run(store: TierStore, metrics: Arc<Metrics>) {
     let mut failures = 0;
     for tick in 0u32.. {
         let probe = if tick % CHECK_EVERY == 0 {
-            // The full check goes through the guard (its timeout and retries); bound it
-            // like a ping so a hung store cannot hold the probe for minutes.
-            match tokio::time::timeout(PING_TIMEOUT * 5, store.check()).await {
+            // The full check goes through the guard (a permit, its timeout and retries);
+            // bounded like a ping, so a store that hangs during a check is still reported
+            // within two probes. A check that only waited for a permit behind busy uploads
+            // fails alone: the ping after it clears the count.
+            match tokio::time::timeout(PING_TIMEOUT, store.check()).await {
                 Ok(result) => result.map_err(|e| e.to_string()),
-                Err(_) => Err(format!("no answer within {:?}", PING_TIMEOUT * 5)),
+                Err(_) => Err(format!("no answer within {PING_TIMEOUT:?}")),
             }
         } else {
             store.ping(PING_TIMEOUT).await.map_err(|e| e.to_string())
