@@ -27,6 +27,7 @@
 #                the fixed read-ahead of two row groups the broker had before
 #   *-nodigest   the same with cold_skip_content_digests (local and s3-30ms)
 #   readers-10   s3-30ms, ten readers at once from offsets i/10 of the stream (aggregate)
+#   streams-10   s3-30ms, ten readers at once, each of its own stream of GIB/10 (aggregate)
 # then publish latency at half the load rate, alone, beside one cold reader and beside one
 # reader of the hot copy (s3-30ms).
 set -euo pipefail
@@ -155,6 +156,17 @@ if [ "$REPORT_ONLY" != 1 ]; then
     phase readers-10 --phase replay --stream catchup --expect cold --label cold-empty --readers 10
     phase readers-10 --phase replay --stream catchup --expect cold --label cold-warm --readers 10
     phase readers-10 --phase replay --stream catchup-hot --expect hot --label hot --readers 10
+    # Ten streams of a tenth of the size each, one reader each, from offset 0.
+    others=
+    for n in $(seq 1 10); do
+      phase streams-10 --phase load --stream "catchup-s$n" --gib "$(awk -v g="$GIB" 'BEGIN { print g / 10 }')" --label load
+      phase streams-10 --phase make-cold --stream "catchup-s$n" --label make-cold
+      [ "$n" -gt 1 ] && others="${others:+$others,}catchup-s$n"
+    done
+    stop_felix
+    start_felix "${SLOW[@]}"
+    phase streams-10 --phase replay --stream catchup-s1 --also-streams "$others" --expect cold --label cold-empty
+    phase streams-10 --phase replay --stream catchup-s1 --also-streams "$others" --expect cold --label cold-warm
   fi
   if [ "$PUBLISH" = 1 ]; then
     stop_felix

@@ -60,7 +60,7 @@ w("| case | broker flags | replay | runs | MB/s (median) | range | × hot (same 
 w("|---|---|---|---|---|---|---|---|---|---|---|")
 cases = []
 for r in replays:
-    if r["case"] not in cases and r["case"] != "readers-10":
+    if r["case"] not in cases and r["case"] not in ("readers-10", "streams-10"):
         cases.append(r["case"])
 for case in cases:
     hot = mbps(of(case, "hot"))
@@ -95,15 +95,16 @@ for on, off in (("local", "local-nodigest"), ("s3-30ms", "s3-30ms-nodigest")):
 w("")
 w("## Ten concurrent readers (s3-30ms)")
 w("")
-w("Ten readers on their own connections, reader i from offset i/10 of the stream to its end; "
+w("`readers-10`: ten readers on their own connections, reader i from offset i/10 of the stream to "
+  "its end. `streams-10`: ten readers, each of its own stream of a tenth of the size, from offset 0. "
   "MB/s is their payload together over the wall time of them all.")
 w("")
-w("| replay | aggregate MB/s | slowest first record ms | GETs per GiB | fetched per delivered |")
-w("|---|---|---|---|---|")
-for label in ("hot", "cold-empty", "cold-warm"):
-    for r in of("readers-10", label):
+w("| case | replay | aggregate MB/s | slowest first record ms | GETs per GiB | fetched per delivered |")
+w("|---|---|---|---|---|---|")
+for case, label in [(c, l) for c in ("readers-10", "streams-10") for l in ("hot", "cold-empty", "cold-warm")]:
+    for r in of(case, label):
         gib = r["replay"]["payload_bytes"] / GIB
-        w(f"| {label} | {fmt(r['replay']['payload_mb_per_sec'])} | {fmt(r['replay']['first_record_ms'], 0)} | "
+        w(f"| {case} | {label} | {fmt(r['replay']['payload_mb_per_sec'])} | {fmt(r['replay']['first_record_ms'], 0)} | "
           f"{fmt(r['store']['get_requests'] / max(gib, 1e-9), 0)} | {fmt(r['fetched_per_delivered'], 3)} |")
 w("")
 w("## Publish latency beside a cold reader (s3-30ms)")

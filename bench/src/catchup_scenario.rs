@@ -128,6 +128,10 @@ pub struct CatchupArgs {
     /// offset `i × end / n` to the end; figures are their sum over the wall time.
     #[arg(long, default_value_t = 1)]
     readers: u64,
+    /// `replay`: more streams (comma-separated, same namespace), each read from 0 by one
+    /// more reader at the same time (ten readers of ten streams).
+    #[arg(long, value_delimiter = ',')]
+    also_streams: Vec<String>,
     /// `replay`: the tiers the stream must be in.
     #[arg(long, value_enum, default_value_t = Expect::Any)]
     expect: Expect,
@@ -478,7 +482,7 @@ struct ReplayReport {
     next_offset: u64,
     hot_bytes: u64,
     cold_bytes: u64,
-    /// Concurrent readers (`--readers`); `replay` is their sum.
+    /// Concurrent readers (`--readers` plus one per `--also-streams`); `replay` is their sum.
     readers: u64,
     replay: ReplayFigures,
     /// Object-store traffic during the replay.
@@ -506,8 +510,15 @@ async fn replay_phase(b: &Bench) -> anyhow::Result<ReplayReport> {
         _ => {}
     }
     let readers = a.readers.max(1);
+    // (stream, from, end) per reader: `--readers` on the stream, one on each other stream.
+    let mut jobs: Vec<(String, u64, u64)> = (0..readers)
+        .map(|i| (a.stream.clone(), end * i / readers, end))
+        .collect();
+    for other in &a.also_streams {
+        jobs.push((other.clone(), 0, b.shard(other).await?.next_offset));
+    }
     let mut clients = Vec::new();
-    for _ in 0..readers {
+    for _ in &jobs {
         clients.push(b.client().await?);
     }
     let before = b.metrics().await?;
@@ -516,22 +527,13 @@ async fn replay_phase(b: &Bench) -> anyhow::Result<ReplayReport> {
     let started = std::time::Instant::now();
     let tasks: Vec<_> = clients
         .iter()
-        .enumerate()
-        .map(|(i, client)| {
-            let (client, stream, stop) = (client.clone(), a.stream.clone(), stop.clone());
-            let from = end * i as u64 / readers;
+        .zip(jobs)
+        .map(|(client, (stream, from, end))| {
+            let (client, stop) = (client.clone(), stop.clone());
             tokio::spawn(async move {
-                crate::replay::replay_from(
-                    &client,
-                    NAMESPACE,
-                    &stream,
-                    from,
-                    end,
-                    false,
-                    stop,
-                    Arc::new(AtomicU64::new(0)),
-                )
-                .await
+                let progress = Arc::new(AtomicU64::new(0));
+                let (ns, s) = (NAMESPACE, &stream);
+                crate::replay::replay_from(&client, ns, s, from, end, false, stop, progress).await
             })
         })
         .collect();
@@ -558,7 +560,7 @@ async fn replay_phase(b: &Bench) -> anyhow::Result<ReplayReport> {
         next_offset: end,
         hot_bytes: shard.hot_bytes,
         cold_bytes: shard.cold_bytes,
-        readers,
+        readers: readers + a.also_streams.len() as u64,
         gets_per_mb: store.get_requests as f64 / mb.max(1e-9),
         fetched_per_delivered: store.get_bytes as f64 / (replayed.payload_bytes.max(1)) as f64,
         replay: replayed,
