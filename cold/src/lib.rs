@@ -21,6 +21,7 @@ pub mod error;
 pub mod keeper;
 pub mod manifest;
 pub mod read_ahead;
+pub mod repair;
 pub mod retention;
 pub mod segment;
 pub mod store;

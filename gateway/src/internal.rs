@@ -1,6 +1,7 @@
 //! The routes a broker serves to other brokers on its internal address, next to the control
 //! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader) and
-//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard).
+//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard), and
+//! `POST /repl/segment` (a range of records for a replica rewriting a damaged segment).
 //!
 //! Invariant: until the broker has started, both routes refuse with a retryable error;
 //! nothing here decides anything the client protocol does not decide the same way. Who may
@@ -18,6 +19,7 @@ use felix_wire::protocol::{ErrorBody, codes};
 use crate::broker::Broker;
 use crate::forward::{ForwardedAnswer, serve_forwarded_publish};
 use crate::replication::leader::serve_fetch;
+use crate::replication::segment_copy::{self, SegmentCopyRequest};
 use crate::replication::transport::{FetchError, FetchRequest};
 
 /// The broker behind the internal routes, set once it has started.
@@ -28,6 +30,7 @@ pub fn router(slot: BrokerSlot) -> axum::Router {
     axum::Router::new()
         .route("/repl/fetch", post(fetch))
         .route("/repl/publish", post(forwarded_publish))
+        .route("/repl/segment", post(segment))
         .with_state(slot)
 }
 
@@ -62,4 +65,15 @@ async fn fetch(
         .map_err(|e| FetchError::Failed(e.message))?;
     drop(broker);
     serve_fetch(shard, req).await
+}
+
+async fn segment(
+    State(slot): State<BrokerSlot>,
+    Json(req): Json<SegmentCopyRequest>,
+) -> Result<Bytes, FetchError> {
+    let broker = slot
+        .get()
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| FetchError::Failed("the broker is starting".into()))?;
+    segment_copy::serve(&broker, req).await
 }

@@ -36,5 +36,6 @@ mod broker {
     mod oidc;
     mod ordering;
     mod quotas;
+    mod repair;
     mod tiering;
 }
