@@ -99,10 +99,12 @@ impl Broker {
         let tier_store = TierStore::open(&config.store_config())
             .await
             .map_err(|e| anyhow::anyhow!("object store {}: {e}", config.object_store))?;
+        // Off only in a benchmark (the setting is refused without fault injection).
+        felix_cold::segment::skip_content_digests(config.cold_skip_content_digests);
         let cold_cache = ColdCache::open(tier_store.clone(), config.cache_config())
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        tokio::spawn(probe_object_store(tier_store.clone(), metrics.clone()));
+        tokio::spawn(crate::store_probe::run(tier_store.clone(), metrics.clone()));
         tokio::spawn(crate::metrics::seed_tenants(
             metrics.clone(),
             meta.registry(),
@@ -185,6 +187,7 @@ impl Broker {
         Metrics::sync_counter(&m.tier_store_gets, store.gets);
         Metrics::sync_counter(&m.tier_store_get_bytes, store.get_bytes);
         Metrics::sync_counter(&m.tier_store_puts, store.puts);
+        m.cold_read.refresh(self.shards.cold_cache.read_ahead());
         m.lease_remaining
             .set(self.node.lease.remaining().as_secs_f64());
     }
@@ -286,30 +289,5 @@ impl Broker {
             }
         }
         self.close_groups().await;
-    }
-}
-
-/// Probes the object store at startup and every 30 s after, so an unreachable store is
-/// said plainly in the log and in `felix_tier_store_up`.
-async fn probe_object_store(store: TierStore, metrics: Arc<Metrics>) {
-    let mut was_up = None;
-    loop {
-        let up = match store.check().await {
-            Ok(()) => true,
-            Err(e) => {
-                if was_up != Some(false) {
-                    warn!(store = store.description(), error = %e,
-                        "object store unreachable: uploads wait (sealed segments stay local) and \
-                         history older than the local log cannot be read until it returns");
-                }
-                false
-            }
-        };
-        if up && was_up == Some(false) {
-            info!(store = store.description(), "object store reachable again");
-        }
-        metrics.tier_store_up.set(i64::from(up));
-        was_up = Some(up);
-        tokio::time::sleep(Duration::from_secs(if up { 30 } else { 5 })).await;
     }
 }

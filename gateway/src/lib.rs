@@ -24,6 +24,7 @@
 //! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
 //! * [`metrics`] — the `felix_*` Prometheus metrics.
 //! * [`stream_files`] — which files on disk belong to which stream (incarnations).
+//! * [`store_probe`] — whether the object store is up (`felix_tier_store_up`), seen within seconds.
 //! * [`disk`] — the data volume's free space and the reserve publishes leave for the control plane.
 //! * [`corruption`] — stored data that fails its checks: the error, the counter, the log.
 //! * [`ephemeral`] — ephemeral shards: publishing at most once, one leader per shard.
@@ -76,6 +77,7 @@ pub mod segment_repair;
 pub mod server;
 pub mod shard;
 pub mod shards;
+pub mod store_probe;
 pub mod stream_files;
 pub mod streams;
 pub mod subscription;

@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 
 use crate::corruption::TierLabel;
 
+pub mod cold_read;
 pub mod kafka;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -101,6 +102,8 @@ pub struct Metrics {
     pub tier_store_puts: Counter,
     /// Consumer groups (`groups/metrics.rs`).
     pub groups: crate::groups::metrics::GroupMetrics,
+    /// Cold read-ahead (`metrics/cold_read.rs`).
+    pub cold_read: cold_read::ColdReadMetrics,
 }
 
 impl Default for Metrics {
@@ -153,6 +156,7 @@ impl Metrics {
             tier_store_get_bytes: Counter::default(),
             tier_store_puts: Counter::default(),
             groups: Default::default(),
+            cold_read: Default::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
@@ -343,6 +347,7 @@ impl Metrics {
         // the first event of each kind shows in `increase()` (a series that appears with its
         // first event at 1 is invisible to it).
         m.groups.register(&mut registry);
+        m.cold_read.register(&mut registry);
         for listener in ["quic", "kafka"] {
             let _ = m.connections_refused.get_or_create(&ListenerLabel {
                 listener: listener.to_owned(),

@@ -13,6 +13,7 @@ mod broker {
     mod backpressure;
     mod bad_input;
     mod cluster;
+    mod cold_replay;
     mod common;
     mod corruption;
     mod deletes;
