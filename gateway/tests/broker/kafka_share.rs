@@ -1,0 +1,333 @@
+//! Kafka share groups (KIP-932) with confluent-kafka's `ShareConsumer` (librdkafka 2.16's
+//! share consumer, driven by `kafka_share.py` beside this file) against one real `felix`
+//! process, shared by the cases below.
+//!
+//! Promises held here (docs/kafka.md, "Share groups"; docs/semantics.md): two share
+//! consumers split a topic's records with each record accepted exactly once; a released
+//! record is redelivered; a rejected record, and one released past the delivery limit, land
+//! once in the group's dead-letter stream; a share consumer killed without `close()` has
+//! its records redelivered to another after the acquisition lock, not before; and the
+//! share group is the Felix group (its progress is what `describe` shows).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use felix_client::{Client, ClientConfig, Connection, GroupConfig, GroupStart, StreamConfig};
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+
+use super::common::{Broker, BrokerOptions};
+use super::kafka::python_script;
+
+/// The Kafka listener's tenant and namespace.
+const TENANT: &str = "default";
+const NS: &str = "default";
+
+async fn topic(conn: &Connection, name: &str, partitions: u32) {
+    conn.create_stream(
+        TENANT,
+        NS,
+        name,
+        StreamConfig {
+            durable: Some(true),
+            shards: Some(partitions),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("create stream");
+}
+
+/// The Felix group a share group is, created beforehand with its lock, delivery limit and
+/// dead-letter stream (what `felixctl group create` does).
+async fn share_group(
+    client: &Client,
+    topic: &str,
+    group: &str,
+    lock_ms: u64,
+    limit: u32,
+    dead_letter: Option<&str>,
+    start: GroupStart,
+) {
+    client
+        .create_group(
+            TENANT,
+            NS,
+            topic,
+            group,
+            GroupConfig {
+                visibility_timeout_ms: Some(lock_ms),
+                max_attempts: Some(limit),
+                dead_letter: dead_letter.map(|d| format!("{TENANT}/{NS}/{d}")),
+                start: Some(start),
+            },
+        )
+        .await
+        .expect("create group");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_share_groups_on_one_broker() {
+    let broker = Broker::start(BrokerOptions::new()).await;
+    let conn = broker.client().await;
+    let client = Client::connect([broker.quic_addr.to_string()], ClientConfig::default())
+        .await
+        .expect("connect");
+    let both = (&conn, &client);
+    two_share_consumers_accept_each_record_once_and_dead_letter_rejects_and_the_exhausted(
+        &broker, both,
+    )
+    .await;
+    a_killed_share_consumers_records_are_redelivered_after_the_lock_not_before(&broker, both).await;
+}
+
+/// Two `ShareConsumer`s in explicit mode, started before 1,000 records are sent, split
+/// them; each record is accepted exactly once; a released record comes again with delivery
+/// count 2; a rejected record and one released past the delivery limit (3) are each in the
+/// dead-letter stream once, with their headers.
+async fn two_share_consumers_accept_each_record_once_and_dead_letter_rejects_and_the_exhausted(
+    broker: &Broker,
+    (conn, client): (&Connection, &Client),
+) {
+    const COUNT: u64 = 1000;
+    topic(conn, "share-orders", 2).await;
+    topic(conn, "share-orders-dlq", 1).await;
+    share_group(
+        client,
+        "share-orders",
+        "billing",
+        30_000,
+        3,
+        Some("share-orders-dlq"),
+        GroupStart::Latest,
+    )
+    .await;
+    let out = python_script(
+        "kafka_share.py",
+        &[
+            "split",
+            &broker.kafka_addr.to_string(),
+            "share-orders",
+            "billing",
+            &COUNT.to_string(),
+            "share-orders-dlq",
+            "--limit",
+            "3",
+        ],
+    )
+    .await;
+    let errors = out["errors"].as_array().expect("errors");
+    assert!(errors.is_empty(), "no acknowledgement failed: {errors:?}");
+    let entries = |v: &Value| -> Vec<(u64, u64, u64, u64)> {
+        v.as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| {
+                let n = |i: usize| e[i].as_u64().expect("number");
+                (n(0), n(1), n(2), n(3))
+            })
+            .collect()
+    };
+    let by_consumer: Vec<Vec<(u64, u64, u64, u64)>> =
+        (0..2).map(|c| entries(&out["accepted"][c])).collect();
+    for (c, accepted) in by_consumer.iter().enumerate() {
+        assert!(
+            !accepted.is_empty(),
+            "consumer {c} accepted none: the records were not split"
+        );
+    }
+    // Each record accepted exactly once, across both consumers.
+    let mut accepted: BTreeMap<u64, u32> = BTreeMap::new();
+    for (_, _, i, _) in by_consumer.iter().flatten() {
+        *accepted.entry(*i).or_default() += 1;
+    }
+    let twice: Vec<_> = accepted.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "records accepted more than once: {twice:?}"
+    );
+    let rejected: BTreeSet<u64> = (0..COUNT).filter(|i| i % 100 == 13).collect();
+    let poison = COUNT - 1;
+    let want: BTreeSet<u64> = (0..COUNT)
+        .filter(|i| !rejected.contains(i) && *i != poison)
+        .collect();
+    let got: BTreeSet<u64> = accepted.keys().copied().collect();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "missing: {:?}",
+        want.difference(&got).collect::<Vec<_>>()
+    );
+    assert_eq!(got, want);
+    // Released on the first delivery, accepted on the second (by either consumer).
+    let released = entries(&out["released"]);
+    assert_eq!(released.len(), 10, "{released:?}");
+    for (_, _, i, dc) in &released {
+        assert_eq!(*dc, 1, "record {i} released on its first delivery");
+        let again = by_consumer
+            .iter()
+            .flatten()
+            .find(|e| e.2 == *i)
+            .expect("a released record is redelivered");
+        assert_eq!(again.3, 2, "record {i} came again as delivery 2");
+    }
+    let seen_rejected: BTreeSet<u64> = entries(&out["rejected"]).iter().map(|e| e.2).collect();
+    assert_eq!(seen_rejected, rejected, "each rejected record seen once");
+    let poisoned: Vec<u64> = out["poisoned"]
+        .as_array()
+        .expect("poisoned")
+        .iter()
+        .map(|v| v.as_u64().expect("delivery count"))
+        .collect();
+    assert_eq!(poisoned, vec![1, 2, 3], "the poison record: 3 deliveries");
+    // The dead letters: each rejected record and the exhausted one, once.
+    let dead = out["dead_letters"].as_array().expect("dead letters");
+    let mut keys: Vec<String> = dead
+        .iter()
+        .map(|d| d["key"].as_str().expect("key").to_owned())
+        .collect();
+    keys.sort();
+    let mut want_keys: Vec<String> = rejected
+        .iter()
+        .chain([&poison])
+        .map(|i| format!("k-{i}"))
+        .collect();
+    want_keys.sort();
+    assert_eq!(keys, want_keys, "dead letters, once each");
+    for d in dead {
+        let h = &d["headers"];
+        assert_eq!(h["felix-dlq-group"], "billing", "{d}");
+        assert_eq!(h["felix-dlq-stream"], "default/default/share-orders", "{d}");
+        if d["key"] == format!("k-{poison}") {
+            assert_eq!(h["felix-dlq-attempts"], "3", "{d}");
+            assert!(h.get("felix-dlq-reason").is_none(), "{d}");
+        } else {
+            assert_eq!(
+                h["felix-dlq-reason"], "rejected by a Kafka share consumer",
+                "{d}"
+            );
+        }
+    }
+    // One state for both faces: the Felix group's progress is the share group's.
+    let info = client
+        .describe_group(TENANT, NS, "share-orders", "billing")
+        .await
+        .expect("describe");
+    let acked: u64 = info.shards.iter().map(|s| s.acked).sum();
+    let dead_lettered: u64 = info.shards.iter().map(|s| s.dead_lettered).sum();
+    assert_eq!(acked, want.len() as u64, "{info:?}");
+    assert_eq!(dead_lettered, rejected.len() as u64 + 1, "{info:?}");
+    assert!(
+        info.shards
+            .iter()
+            .all(|s| s.in_flight == 0 && s.waiting == 0 && s.acked_up_to == s.next_offset),
+        "nothing left pending: {info:?}"
+    );
+}
+
+/// A share consumer acquires records and is SIGKILLed without `close()`: another consumer
+/// gets them only once their 6 s lock has lapsed, as delivery 2, and everything else at
+/// once.
+async fn a_killed_share_consumers_records_are_redelivered_after_the_lock_not_before(
+    broker: &Broker,
+    (conn, client): (&Connection, &Client),
+) {
+    const LOCK_MS: u64 = 6_000;
+    const COUNT: u64 = 20;
+    topic(conn, "share-kill", 1).await;
+    share_group(
+        client,
+        "share-kill",
+        "workers",
+        LOCK_MS,
+        5,
+        None,
+        GroupStart::Earliest,
+    )
+    .await;
+    let messages = (0..COUNT)
+        .map(|i| felix_client::Message::new(format!("v-{i}")))
+        .collect();
+    conn.publish_batch(
+        TENANT,
+        NS,
+        "share-kill",
+        messages,
+        felix_client::AckMode::Batch,
+    )
+    .await
+    .expect("publish");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broker/kafka_share.py");
+    let bootstrap = broker.kafka_addr.to_string();
+    let mut holder = tokio::process::Command::new("python3")
+        .arg(&script)
+        .args(["hold", &bootstrap, "share-kill", "workers"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run python3 (scripts/test.sh installs confluent-kafka)");
+    let mut lines = tokio::io::BufReader::new(holder.stdout.take().expect("stdout")).lines();
+    let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+        .await
+        .expect("the holder acquired records within 60 s")
+        .expect("read")
+        .expect("a line");
+    holder.kill().await.expect("SIGKILL the holder");
+    let held: Value = serde_json::from_str(&line).expect("holder JSON");
+    let held_at = held["at"].as_f64().expect("at");
+    let held: BTreeSet<u64> = held["held"]
+        .as_array()
+        .expect("held")
+        .iter()
+        .map(|h| h[1].as_u64().expect("offset"))
+        .collect();
+    assert!(!held.is_empty());
+    let out = python_script(
+        "kafka_share.py",
+        &[
+            "drain",
+            &bootstrap,
+            "share-kill",
+            "workers",
+            &COUNT.to_string(),
+            "--timeout",
+            "40",
+        ],
+    )
+    .await;
+    let records = out["records"].as_array().expect("records");
+    let offsets: BTreeSet<u64> = records
+        .iter()
+        .map(|r| r[1].as_u64().expect("offset"))
+        .collect();
+    assert_eq!(
+        offsets,
+        (0..COUNT).collect::<BTreeSet<u64>>(),
+        "every record reached the second consumer: {records:?}"
+    );
+    let lock_s = LOCK_MS as f64 / 1000.0;
+    for r in records {
+        let (offset, dc, at) = (
+            r[1].as_u64().expect("offset"),
+            r[2].as_u64().expect("delivery count"),
+            r[3].as_f64().expect("time"),
+        );
+        if held.contains(&offset) {
+            // The lock began before the holder saw the records: allow for that much.
+            assert!(
+                at - held_at >= lock_s - 1.0,
+                "offset {offset} redelivered {:.2} s after it was acquired, before the {lock_s} s lock lapsed",
+                at - held_at
+            );
+            assert!(
+                at - held_at <= lock_s + 15.0,
+                "offset {offset} redelivered only {:.2} s after it was acquired",
+                at - held_at
+            );
+            assert_eq!(dc, 2, "offset {offset} came again as delivery 2");
+        }
+    }
+}
