@@ -5,6 +5,7 @@ gateway/tests/broker/kafka_share.rs; runnable by hand as well:
     python3 kafka_share.py split 127.0.0.1:9092 orders billing 1000 orders-dlq
     python3 kafka_share.py hold 127.0.0.1:9092 orders billing
     python3 kafka_share.py drain 127.0.0.1:9092 orders billing 20 --timeout 30
+    python3 kafka_share.py group-configs 127.0.0.1:9092 billing share.auto.offset.reset=earliest
 
 Record i of `split` has key "k-i" and value "v-i". Its consumers, in explicit
 acknowledgement mode, answer record i with REJECT when i % 100 == 13, with RELEASE on its
@@ -160,6 +161,23 @@ def drain(args):
     print(json.dumps({"records": records, "started": args.started}))
 
 
+def group_configs(args):
+    """Sets a group's configs with IncrementalAlterConfigs (SET) on the GROUP resource."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource, ResourceType)
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+               for k, v in (kv.split("=", 1) for kv in args.set)]
+    resource = ConfigResource(ResourceType.GROUP, args.group, incremental_configs=entries)
+    try:
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+        print(json.dumps({"error": None}))
+    except KafkaException as e:
+        err = e.args[0]
+        print(json.dumps({"error": err.name(), "message": err.str()}))
+
+
 def main():
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -184,6 +202,11 @@ def main():
     p.add_argument("--timeout", type=float, default=30)
     p.add_argument("--started", type=float, default=time.time())
     p.set_defaults(run=drain)
+    p = sub.add_parser("group-configs")
+    p.add_argument("bootstrap")
+    p.add_argument("group")
+    p.add_argument("set", nargs="+")
+    p.set_defaults(run=group_configs)
     args = parser.parse_args()
     args.run(args)
 

@@ -81,6 +81,8 @@ async fn kafka_share_groups_on_one_broker() {
     )
     .await;
     a_killed_share_consumers_records_are_redelivered_after_the_lock_not_before(&broker, both).await;
+    share_group_configs_set_through_the_admin_api_are_the_felix_groups_settings(&broker, both)
+        .await;
 }
 
 /// Two `ShareConsumer`s in explicit mode, started before 1,000 records are sent, split
@@ -225,6 +227,9 @@ async fn two_share_consumers_accept_each_record_once_and_dead_letter_rejects_and
             .all(|s| s.in_flight == 0 && s.waiting == 0 && s.acked_up_to == s.next_offset),
         "nothing left pending: {info:?}"
     );
+    // The share consumers are the group's consumers, by member id.
+    let consumers: BTreeSet<&String> = info.shards.iter().flat_map(|s| &s.consumers).collect();
+    assert_eq!(consumers.len(), 2, "both share members shown: {info:?}");
 }
 
 /// A share consumer acquires records and is SIGKILLed without `close()`: another consumer
@@ -330,4 +335,94 @@ async fn a_killed_share_consumers_records_are_redelivered_after_the_lock_not_bef
             assert_eq!(dc, 2, "offset {offset} came again as delivery 2");
         }
     }
+}
+
+/// IncrementalAlterConfigs on the group resource sets the Felix group's settings: with
+/// `share.auto.offset.reset=earliest` a share consumer gets records sent before it
+/// started. An unknown config, and a share group on no topic, are refused by name and
+/// change nothing.
+async fn share_group_configs_set_through_the_admin_api_are_the_felix_groups_settings(
+    broker: &Broker,
+    (conn, client): (&Connection, &Client),
+) {
+    topic(conn, "share-early", 1).await;
+    let messages = (0..10)
+        .map(|i| felix_client::Message::new(format!("v-{i}")))
+        .collect();
+    conn.publish_batch(
+        TENANT,
+        NS,
+        "share-early",
+        messages,
+        felix_client::AckMode::Batch,
+    )
+    .await
+    .expect("publish");
+    share_group(
+        client,
+        "share-early",
+        "early",
+        30_000,
+        5,
+        None,
+        GroupStart::Latest,
+    )
+    .await;
+    let bootstrap = broker.kafka_addr.to_string();
+    let configs = |args: Vec<&'static str>| {
+        let bootstrap = bootstrap.clone();
+        async move {
+            let mut all = vec!["group-configs", bootstrap.as_str()];
+            all.extend(args);
+            python_script("kafka_share.py", &all).await
+        }
+    };
+    let unknown = configs(vec!["early", "share.isolation.level=read_committed"]).await;
+    assert_eq!(unknown["error"], "INVALID_CONFIG", "{unknown}");
+    let nowhere = configs(vec!["nowhere", "share.auto.offset.reset=earliest"]).await;
+    assert_eq!(nowhere["error"], "GROUP_ID_NOT_FOUND", "{nowhere}");
+    let set = configs(vec![
+        "early",
+        "share.auto.offset.reset=earliest",
+        "share.record.lock.duration.ms=15000",
+        "share.delivery.count.limit=4",
+        "errors.deadletterqueue.topic.name=share-orders-dlq",
+    ])
+    .await;
+    assert_eq!(set["error"], Value::Null, "{set}");
+    let info = client
+        .describe_group(TENANT, NS, "share-early", "early")
+        .await
+        .expect("describe");
+    assert_eq!(info.visibility_timeout_ms, 15_000, "{info:?}");
+    assert_eq!(info.max_attempts, 4, "{info:?}");
+    assert_eq!(
+        info.dead_letter.as_deref(),
+        Some("default/default/share-orders-dlq"),
+        "{info:?}"
+    );
+    let out = python_script(
+        "kafka_share.py",
+        &[
+            "drain",
+            &bootstrap,
+            "share-early",
+            "early",
+            "10",
+            "--timeout",
+            "30",
+        ],
+    )
+    .await;
+    let offsets: BTreeSet<u64> = out["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .map(|r| r[1].as_u64().expect("offset"))
+        .collect();
+    assert_eq!(
+        offsets,
+        (0..10).collect::<BTreeSet<u64>>(),
+        "from the earliest: {out}"
+    );
 }

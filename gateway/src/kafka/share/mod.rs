@@ -19,6 +19,8 @@
 //! * `acknowledge.rs` — acknowledgement batches (piggy-backed on ShareFetch, or in
 //!   ShareAcknowledge) applied as Felix answers.
 //! * `fetch.rs` — ShareFetch: acknowledgements, then claims, long-polled.
+//! * `configs.rs` — a share group's configs (lock, delivery limit, start, dead letters)
+//!   through AlterConfigs on the group resource.
 //!
 //! The invariant: a share consumer's request changes a record's state only through the
 //! groups module's operations (poll, ack, nack, reject), so every promise of
@@ -26,11 +28,13 @@
 //! they are answered, dead letters once) holds for Kafka clients too.
 
 mod acknowledge;
+mod configs;
 mod fetch;
 mod membership;
 mod session;
 
 pub use acknowledge::share_acknowledge;
+pub(crate) use configs::{GROUP_RESOURCES, alter_share_group};
 pub use fetch::share_fetch;
 pub(crate) use membership::{ShareMembers, expire_members};
 pub use membership::{share_group_describe, share_group_heartbeat};
