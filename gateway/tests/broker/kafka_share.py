@@ -23,13 +23,20 @@ import time
 from confluent_kafka import AcknowledgeType, Consumer, Producer, ShareConsumer, TopicPartition
 
 
-def share_consumer(args, name):
-    return ShareConsumer({
+def share_consumer(args, name, errors=None):
+    config = {
         "bootstrap.servers": args.bootstrap,
         "group.id": args.group,
         "client.id": name,
         "share.acknowledgement.mode": "explicit",
-    })
+    }
+    if getattr(args, "token", None):
+        # A Felix token as the SASL PLAIN password (the username is ignored).
+        config.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                       "sasl.username": "ignored", "sasl.password": args.token})
+    if errors is not None:
+        config["error_cb"] = lambda e: errors.append(e.name())
+    return ShareConsumer(config)
 
 
 def split(args):
@@ -146,19 +153,33 @@ def hold(args):
 
 
 def drain(args):
-    """Accepts records until `count` arrived or --timeout passed; notes when each came."""
-    c = share_consumer(args, "drainer")
+    """Accepts records until `count` arrived or --timeout passed (or, with --stop-on-error,
+    an error reached the application); notes when each came."""
+    from confluent_kafka import KafkaException
+    errors = []
+    c = share_consumer(args, "drainer", errors)
     c.subscribe([args.topic])
     records = []
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline and len(records) < args.count:
-        for m in c.poll(0.2):
+        if args.stop_on_error and errors:
+            break
+        try:
+            polled = c.poll(0.2)
+        except KafkaException as e:
+            errors.append(e.args[0].name())
+            continue
+        for m in polled:
             if m.error():
+                errors.append(m.error().name())
                 continue
             records.append([m.partition(), m.offset(), m.delivery_count(), time.time()])
             c.acknowledge(m, AcknowledgeType.ACCEPT)
-    c.close()
-    print(json.dumps({"records": records, "started": args.started}))
+    try:
+        c.close()
+    except KafkaException as e:
+        errors.append(e.args[0].name())
+    print(json.dumps({"records": records, "errors": errors}))
 
 
 def group_configs(args):
@@ -200,7 +221,8 @@ def main():
         p.add_argument(a)
     p.add_argument("count", type=int)
     p.add_argument("--timeout", type=float, default=30)
-    p.add_argument("--started", type=float, default=time.time())
+    p.add_argument("--token", help="a Felix token, sent with SASL PLAIN")
+    p.add_argument("--stop-on-error", action="store_true")
     p.set_defaults(run=drain)
     p = sub.add_parser("group-configs")
     p.add_argument("bootstrap")

@@ -426,3 +426,131 @@ async fn share_group_configs_set_through_the_admin_api_are_the_felix_groups_sett
         "from the earliest: {out}"
     );
 }
+
+/// With auth on, a share consumer needs `group.consume` (on the group and the topic): a
+/// token without it is refused with `GROUP_AUTHORIZATION_FAILED`, which the application
+/// sees, and acquires nothing; one with it consumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_consumer_without_group_consume_is_refused_and_changes_nothing() {
+    let broker = Broker::start(BrokerOptions::new().env("FELIX_AUTH", "on")).await;
+    let admin = broker.client().await;
+    admin.create_tenant("acme").await.expect("tenant");
+    admin
+        .create_namespace("acme", "default")
+        .await
+        .expect("namespace");
+    admin
+        .create_stream(
+            "acme",
+            "default",
+            "jobs",
+            StreamConfig {
+                durable: Some(true),
+                shards: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("stream");
+    let messages = (0..3)
+        .map(|i| felix_client::Message::new(format!("v-{i}")))
+        .collect();
+    admin
+        .publish_batch(
+            "acme",
+            "default",
+            "jobs",
+            messages,
+            felix_client::AckMode::Batch,
+        )
+        .await
+        .expect("publish");
+    let client = Client::connect(
+        [broker.quic_addr.to_string()],
+        ClientConfig {
+            token: broker.admin_token(),
+            ..ClientConfig::default()
+        },
+    )
+    .await
+    .expect("connect");
+    client
+        .create_group(
+            "acme",
+            "default",
+            "jobs",
+            "workers",
+            GroupConfig {
+                start: Some(GroupStart::Earliest),
+                ..GroupConfig::default()
+            },
+        )
+        .await
+        .expect("group");
+    let mint = |allow: &'static [&'static str]| {
+        let admin = &admin;
+        async move {
+            admin
+                .mint_token(felix_client::TokenSpec {
+                    tenant: "acme".into(),
+                    allow: allow.iter().map(|a| a.to_string()).collect(),
+                    ..felix_client::TokenSpec::default()
+                })
+                .await
+                .expect("mint")
+                .token
+        }
+    };
+    let reader = mint(&["stream.subscribe:acme/default/*"]).await;
+    let worker = mint(&["group.consume:acme/default/*"]).await;
+    let bootstrap = broker.kafka_addr.to_string();
+    let drain = |token: String, stop_on_error: bool| {
+        let bootstrap = bootstrap.clone();
+        async move {
+            let mut args = vec![
+                "drain".to_owned(),
+                bootstrap,
+                "jobs".into(),
+                "workers".into(),
+                "3".into(),
+                "--timeout".into(),
+                "30".into(),
+                "--token".into(),
+                token,
+            ];
+            if stop_on_error {
+                args.push("--stop-on-error".into());
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            python_script("kafka_share.py", &args).await
+        }
+    };
+    let refused = drain(reader, true).await;
+    let errors = refused["errors"].as_array().expect("errors");
+    assert!(
+        errors.iter().any(|e| e == "GROUP_AUTHORIZATION_FAILED"),
+        "the application sees the refusal: {refused}"
+    );
+    assert_eq!(refused["records"], serde_json::json!([]), "{refused}");
+    let info = client
+        .describe_group("acme", "default", "jobs", "workers")
+        .await
+        .expect("describe");
+    assert!(
+        info.shards
+            .iter()
+            .all(|s| s.in_flight == 0 && s.acked == 0 && s.next_offset == 0),
+        "the refused consumer acquired nothing: {info:?}"
+    );
+    let served = drain(worker, false).await;
+    assert_eq!(
+        served["records"].as_array().map(Vec::len),
+        Some(3),
+        "group.consume is enough: {served}"
+    );
+    let info = client
+        .describe_group("acme", "default", "jobs", "workers")
+        .await
+        .expect("describe");
+    assert_eq!(info.shards[0].acked, 3, "{info:?}");
+}
