@@ -293,8 +293,14 @@ async fn ensure_group(
         Ok(_) => Ok(()),
         // Created by another member meanwhile.
         Err(e) if e.code == codes::ALREADY_EXISTS => Ok(()),
+        // A stream of several replicas in a cluster (no group there yet), or a group name
+        // Felix refuses: the message says which.
         Err(e) if e.code == codes::INVALID_ARGUMENT => Err((
-            ResponseError::InvalidGroupId,
+            if e.reason == "groups_not_replicated" {
+                ResponseError::InvalidRequest
+            } else {
+                ResponseError::InvalidGroupId
+            },
             format!("share group {group} on topic {topic}: {}", e.message),
         )),
         Err(e) => Err((kafka_error(&e), e.message)),
