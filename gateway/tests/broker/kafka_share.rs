@@ -7,14 +7,27 @@
 //! record is redelivered; a rejected record, and one released past the delivery limit, land
 //! once in the group's dead-letter stream; a share consumer killed without `close()` has
 //! its records redelivered to another after the acquisition lock, not before; and the
-//! share group is the Felix group (its progress is what `describe` shows).
+//! share group is the Felix group (its progress is what `describe` shows); bad share
+//! requests (raw, encoded with `kafka-protocol`) get Kafka's codes and change nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use felix_client::{Client, ClientConfig, Connection, GroupConfig, GroupStart, StreamConfig};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::share_acknowledge_request::{
+    AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckBatch,
+};
+use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{
+    ApiKey, GroupId, RequestHeader, ResponseHeader, ShareAcknowledgeRequest,
+    ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 
@@ -83,6 +96,7 @@ async fn kafka_share_groups_on_one_broker() {
     a_killed_share_consumers_records_are_redelivered_after_the_lock_not_before(&broker, both).await;
     share_group_configs_set_through_the_admin_api_are_the_felix_groups_settings(&broker, both)
         .await;
+    bad_share_requests_get_kafka_codes_and_change_nothing(&broker, both).await;
 }
 
 /// Two `ShareConsumer`s in explicit mode, started before 1,000 records are sent, split
@@ -553,4 +567,180 @@ async fn a_share_consumer_without_group_consume_is_refused_and_changes_nothing()
         .await
         .expect("describe");
     assert_eq!(info.shards[0].acked, 3, "{info:?}");
+}
+
+/// One request on a raw Kafka connection, encoded and decoded with `kafka-protocol` (what a
+/// client that sends bad input would send; confluent-kafka never does).
+async fn call<Req, Resp>(s: &mut tokio::net::TcpStream, key: ApiKey, version: i16, r: &Req) -> Resp
+where
+    Req: Encodable,
+    Resp: Decodable + HeaderVersion,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(7)
+        .with_client_id(Some(StrBytes::from_static_str("raw")))
+        .encode(&mut buf, key.request_header_version(version))
+        .expect("header");
+    r.encode(&mut buf, version).expect("body");
+    let mut frame = (buf.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&buf);
+    s.write_all(&frame).await.expect("write");
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await.expect("response length");
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).await.expect("response body");
+    let mut body = bytes::Bytes::from(body);
+    ResponseHeader::decode(&mut body, Resp::header_version(version)).expect("response header");
+    Resp::decode(&mut body, version).expect("response body")
+}
+
+fn ack_batch(first: i64, last: i64, kind: i8) -> AckBatch {
+    AckBatch::default()
+        .with_first_offset(first)
+        .with_last_offset(last)
+        .with_acknowledge_types(vec![kind])
+}
+
+/// ShareAcknowledge of `batches` on partition 0 of `topic_id`; the partition's error code.
+async fn acknowledge(
+    s: &mut tokio::net::TcpStream,
+    topic_id: uuid::Uuid,
+    epoch: i32,
+    batches: Vec<AckBatch>,
+) -> (i16, i16) {
+    let r = ShareAcknowledgeRequest::default()
+        .with_group_id(Some(GroupId(StrBytes::from_static_str("raw"))))
+        .with_member_id(Some(StrBytes::from_static_str("m1")))
+        .with_share_session_epoch(epoch)
+        .with_topics(vec![
+            AcknowledgeTopic::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![
+                    AcknowledgePartition::default()
+                        .with_partition_index(0)
+                        .with_acknowledgement_batches(batches),
+                ]),
+        ]);
+    let answer: ShareAcknowledgeResponse = call(s, ApiKey::ShareAcknowledge, 1, &r).await;
+    let partition = answer
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map_or(0, |p| p.error_code);
+    (answer.error_code, partition)
+}
+
+/// Bad share requests get Kafka's codes and change nothing: a wrong session epoch
+/// (`INVALID_SHARE_SESSION_EPOCH`, its acknowledgements not applied), a malformed
+/// acknowledgement batch (`INVALID_REQUEST`), an acknowledgement of a record never acquired
+/// or already accepted (`INVALID_RECORD_STATE`); a good one is applied once.
+async fn bad_share_requests_get_kafka_codes_and_change_nothing(
+    broker: &Broker,
+    (conn, client): (&Connection, &Client),
+) {
+    topic(conn, "share-raw", 1).await;
+    share_group(
+        client,
+        "share-raw",
+        "raw",
+        30_000,
+        5,
+        None,
+        GroupStart::Earliest,
+    )
+    .await;
+    let messages = (0..3)
+        .map(|i| felix_client::Message::new(format!("v-{i}")))
+        .collect();
+    conn.publish_batch(
+        TENANT,
+        NS,
+        "share-raw",
+        messages,
+        felix_client::AckMode::Batch,
+    )
+    .await
+    .expect("publish");
+    let acked = || async {
+        client
+            .describe_group(TENANT, NS, "share-raw", "raw")
+            .await
+            .expect("describe")
+            .shards[0]
+            .acked
+    };
+    let mut s = tokio::net::TcpStream::connect(broker.kafka_addr)
+        .await
+        .expect("connect");
+    let joined: ShareGroupHeartbeatResponse = call(
+        &mut s,
+        ApiKey::ShareGroupHeartbeat,
+        1,
+        &ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("raw")))
+            .with_member_id(StrBytes::from_static_str("m1"))
+            .with_member_epoch(0)
+            .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str(
+                "share-raw",
+            ))])),
+    )
+    .await;
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    assert!(joined.member_epoch > 0, "{joined:?}");
+    let assigned = joined.assignment.expect("an assignment");
+    let topic_id = assigned.topic_partitions[0].topic_id;
+    assert_eq!(assigned.topic_partitions[0].partitions, vec![0]);
+    let fetched: ShareFetchResponse = call(
+        &mut s,
+        ApiKey::ShareFetch,
+        1,
+        &ShareFetchRequest::default()
+            .with_group_id(Some(GroupId(StrBytes::from_static_str("raw"))))
+            .with_member_id(Some(StrBytes::from_static_str("m1")))
+            .with_share_session_epoch(0)
+            .with_max_wait_ms(2000)
+            .with_max_bytes(1 << 20)
+            .with_max_records(2)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic_id(topic_id)
+                    .with_partitions(vec![FetchPartition::default().with_partition_index(0)]),
+            ]),
+    )
+    .await;
+    assert_eq!(fetched.error_code, 0, "{fetched:?}");
+    assert_eq!(fetched.acquisition_lock_timeout_ms, 30_000);
+    let p = &fetched.responses[0].partitions[0];
+    let acquired: Vec<(i64, i64, i16)> = p
+        .acquired_records
+        .iter()
+        .map(|a| (a.first_offset, a.last_offset, a.delivery_count))
+        .collect();
+    assert_eq!(acquired, vec![(0, 1, 1)], "two records, delivery 1");
+
+    // A wrong epoch: refused whole, its acknowledgement not applied.
+    let (top, _) = acknowledge(&mut s, topic_id, 5, vec![ack_batch(0, 1, 1)]).await;
+    assert_eq!(top, ResponseError::InvalidShareSessionEpoch.code());
+    assert_eq!(acked().await, 0, "nothing applied");
+    // A batch whose offsets run backwards, and one with an unknown type.
+    let (top, partition) = acknowledge(&mut s, topic_id, 1, vec![ack_batch(1, 0, 1)]).await;
+    assert_eq!((top, partition), (0, ResponseError::InvalidRequest.code()));
+    let (_, partition) = acknowledge(&mut s, topic_id, 2, vec![ack_batch(0, 1, 9)]).await;
+    assert_eq!(partition, ResponseError::InvalidRequest.code());
+    assert_eq!(acked().await, 0, "nothing applied");
+    // Offset 2 was never acquired by this member.
+    let (_, partition) = acknowledge(&mut s, topic_id, 3, vec![ack_batch(2, 2, 1)]).await;
+    assert_eq!(partition, ResponseError::InvalidRecordState.code());
+    assert_eq!(acked().await, 0, "nothing applied");
+    // The good one, applied once; accepting again is not.
+    let (_, partition) = acknowledge(&mut s, topic_id, 4, vec![ack_batch(0, 1, 1)]).await;
+    assert_eq!(partition, 0);
+    assert_eq!(acked().await, 2);
+    let (_, partition) = acknowledge(&mut s, topic_id, 5, vec![ack_batch(0, 0, 1)]).await;
+    assert_eq!(partition, ResponseError::InvalidRecordState.code());
+    assert_eq!(acked().await, 2);
 }
