@@ -22,10 +22,11 @@ use kafka_protocol::messages::share_acknowledge_request::{
     AcknowledgePartition, AcknowledgeTopic, AcknowledgementBatch as AckBatch,
 };
 use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::share_group_describe_response::DescribedGroup;
 use kafka_protocol::messages::{
     ApiKey, GroupId, RequestHeader, ResponseHeader, ShareAcknowledgeRequest,
-    ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, ShareGroupHeartbeatRequest,
-    ShareGroupHeartbeatResponse, TopicName,
+    ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, ShareGroupDescribeRequest,
+    ShareGroupDescribeResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use serde_json::Value;
@@ -569,6 +570,14 @@ async fn a_share_consumer_without_group_consume_is_refused_and_changes_nothing()
     assert_eq!(info.shards[0].acked, 3, "{info:?}");
 }
 
+/// ShareGroupDescribe of the group `raw`.
+async fn describe_raw(s: &mut tokio::net::TcpStream) -> DescribedGroup {
+    let r = ShareGroupDescribeRequest::default()
+        .with_group_ids(vec![GroupId(StrBytes::from_static_str("raw"))]);
+    let d: ShareGroupDescribeResponse = call(s, ApiKey::ShareGroupDescribe, 1, &r).await;
+    d.groups.into_iter().next().expect("one group")
+}
+
 /// One request on a raw Kafka connection, encoded and decoded with `kafka-protocol` (what a
 /// client that sends bad input would send; confluent-kafka never does).
 async fn call<Req, Resp>(s: &mut tokio::net::TcpStream, key: ApiKey, version: i16, r: &Req) -> Resp
@@ -638,6 +647,7 @@ async fn acknowledge(
 /// (`INVALID_SHARE_SESSION_EPOCH`, its acknowledgements not applied), a malformed
 /// acknowledgement batch (`INVALID_REQUEST`), an acknowledgement of a record never acquired
 /// or already accepted (`INVALID_RECORD_STATE`); a good one is applied once.
+/// ShareGroupDescribe shows the member until it leaves.
 async fn bad_share_requests_get_kafka_codes_and_change_nothing(
     broker: &Broker,
     (conn, client): (&Connection, &Client),
@@ -743,4 +753,38 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
     let (_, partition) = acknowledge(&mut s, topic_id, 5, vec![ack_batch(0, 0, 1)]).await;
     assert_eq!(partition, ResponseError::InvalidRecordState.code());
     assert_eq!(acked().await, 2);
+
+    // ShareGroupDescribe: the member, its subscription and assignment; after it leaves
+    // (epoch -1) the group has no member here.
+    let g = describe_raw(&mut s).await;
+    assert_eq!(g.error_code, 0, "{g:?}");
+    assert_eq!(g.group_state.as_str(), "Stable");
+    assert_eq!(g.members.len(), 1, "{g:?}");
+    let m = &g.members[0];
+    assert_eq!(m.member_id.as_str(), "m1");
+    assert_eq!(m.member_epoch, joined.member_epoch);
+    assert_eq!(m.client_id.as_str(), "raw");
+    assert_eq!(m.subscribed_topic_names[0].as_str(), "share-raw");
+    let assigned = &m.assignment.topic_partitions[0];
+    assert_eq!(
+        (
+            assigned.topic_id,
+            assigned.topic_name.as_str(),
+            &assigned.partitions[..]
+        ),
+        (topic_id, "share-raw", &[0][..])
+    );
+    let left: ShareGroupHeartbeatResponse = call(
+        &mut s,
+        ApiKey::ShareGroupHeartbeat,
+        1,
+        &ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("raw")))
+            .with_member_id(StrBytes::from_static_str("m1"))
+            .with_member_epoch(-1),
+    )
+    .await;
+    assert_eq!((left.error_code, left.member_epoch), (0, -1));
+    let g = describe_raw(&mut s).await;
+    assert_eq!(g.error_code, ResponseError::GroupIdNotFound.code(), "{g:?}");
 }
