@@ -135,98 +135,7 @@ async fn two_share_consumers_accept_each_record_once_and_dead_letter_rejects_and
         ],
     )
     .await;
-    let errors = out["errors"].as_array().expect("errors");
-    assert!(errors.is_empty(), "no acknowledgement failed: {errors:?}");
-    let entries = |v: &Value| -> Vec<(u64, u64, u64, u64)> {
-        v.as_array()
-            .expect("entries")
-            .iter()
-            .map(|e| {
-                let n = |i: usize| e[i].as_u64().expect("number");
-                (n(0), n(1), n(2), n(3))
-            })
-            .collect()
-    };
-    let by_consumer: Vec<Vec<(u64, u64, u64, u64)>> =
-        (0..2).map(|c| entries(&out["accepted"][c])).collect();
-    for (c, accepted) in by_consumer.iter().enumerate() {
-        assert!(
-            !accepted.is_empty(),
-            "consumer {c} accepted none: the records were not split"
-        );
-    }
-    // Each record accepted exactly once, across both consumers.
-    let mut accepted: BTreeMap<u64, u32> = BTreeMap::new();
-    for (_, _, i, _) in by_consumer.iter().flatten() {
-        *accepted.entry(*i).or_default() += 1;
-    }
-    let twice: Vec<_> = accepted.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(
-        twice.is_empty(),
-        "records accepted more than once: {twice:?}"
-    );
-    let rejected: BTreeSet<u64> = (0..COUNT).filter(|i| i % 100 == 13).collect();
-    let poison = COUNT - 1;
-    let want: BTreeSet<u64> = (0..COUNT)
-        .filter(|i| !rejected.contains(i) && *i != poison)
-        .collect();
-    let got: BTreeSet<u64> = accepted.keys().copied().collect();
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "missing: {:?}",
-        want.difference(&got).collect::<Vec<_>>()
-    );
-    assert_eq!(got, want);
-    // Released on the first delivery, accepted on the second (by either consumer).
-    let released = entries(&out["released"]);
-    assert_eq!(released.len(), 10, "{released:?}");
-    for (_, _, i, dc) in &released {
-        assert_eq!(*dc, 1, "record {i} released on its first delivery");
-        let again = by_consumer
-            .iter()
-            .flatten()
-            .find(|e| e.2 == *i)
-            .expect("a released record is redelivered");
-        assert_eq!(again.3, 2, "record {i} came again as delivery 2");
-    }
-    let seen_rejected: BTreeSet<u64> = entries(&out["rejected"]).iter().map(|e| e.2).collect();
-    assert_eq!(seen_rejected, rejected, "each rejected record seen once");
-    let poisoned: Vec<u64> = out["poisoned"]
-        .as_array()
-        .expect("poisoned")
-        .iter()
-        .map(|v| v.as_u64().expect("delivery count"))
-        .collect();
-    assert_eq!(poisoned, vec![1, 2, 3], "the poison record: 3 deliveries");
-    // The dead letters: each rejected record and the exhausted one, once.
-    let dead = out["dead_letters"].as_array().expect("dead letters");
-    let mut keys: Vec<String> = dead
-        .iter()
-        .map(|d| d["key"].as_str().expect("key").to_owned())
-        .collect();
-    keys.sort();
-    let mut want_keys: Vec<String> = rejected
-        .iter()
-        .chain([&poison])
-        .map(|i| format!("k-{i}"))
-        .collect();
-    want_keys.sort();
-    assert_eq!(keys, want_keys, "dead letters, once each");
-    for d in dead {
-        let h = &d["headers"];
-        assert_eq!(h["felix-dlq-group"], "billing", "{d}");
-        assert_eq!(h["felix-dlq-stream"], "default/default/share-orders", "{d}");
-        if d["key"] == format!("k-{poison}") {
-            assert_eq!(h["felix-dlq-attempts"], "3", "{d}");
-            assert!(h.get("felix-dlq-reason").is_none(), "{d}");
-        } else {
-            assert_eq!(
-                h["felix-dlq-reason"], "rejected by a Kafka share consumer",
-                "{d}"
-            );
-        }
-    }
+    let (want, rejected) = assert_split(&out, "share-orders", COUNT);
     // One state for both faces: the Felix group's progress is the share group's.
     let info = client
         .describe_group(TENANT, NS, "share-orders", "billing")
@@ -787,4 +696,178 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
     assert_eq!((left.error_code, left.member_epoch), (0, -1));
     let g = describe_raw(&mut s).await;
     assert_eq!(g.error_code, ResponseError::GroupIdNotFound.code(), "{g:?}");
+}
+
+/// What `kafka_share.py split` of `count` records (delivery limit 3) must show: no
+/// acknowledgement failed, both consumers accepted records, each record accepted exactly
+/// once, each released one again as delivery 2, each rejected one and the poison record
+/// dead-lettered once with their headers naming `topic`. Returns the accepted and the rejected records.
+fn assert_split(out: &Value, topic: &str, count: u64) -> (BTreeSet<u64>, BTreeSet<u64>) {
+    let errors = out["errors"].as_array().expect("errors");
+    assert!(errors.is_empty(), "no acknowledgement failed: {errors:?}");
+    let entries = |v: &Value| -> Vec<(u64, u64, u64, u64)> {
+        v.as_array()
+            .expect("entries")
+            .iter()
+            .map(|e| {
+                let n = |i: usize| e[i].as_u64().expect("number");
+                (n(0), n(1), n(2), n(3))
+            })
+            .collect()
+    };
+    let by_consumer: Vec<Vec<(u64, u64, u64, u64)>> =
+        (0..2).map(|c| entries(&out["accepted"][c])).collect();
+    for (c, accepted) in by_consumer.iter().enumerate() {
+        assert!(
+            !accepted.is_empty(),
+            "consumer {c} accepted none: the records were not split"
+        );
+    }
+    // Each record accepted exactly once, across both consumers.
+    let mut accepted: BTreeMap<u64, u32> = BTreeMap::new();
+    for (_, _, i, _) in by_consumer.iter().flatten() {
+        *accepted.entry(*i).or_default() += 1;
+    }
+    let twice: Vec<_> = accepted.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "records accepted more than once: {twice:?}"
+    );
+    let rejected: BTreeSet<u64> = (0..count).filter(|i| i % 100 == 13).collect();
+    let poison = count - 1;
+    let want: BTreeSet<u64> = (0..count)
+        .filter(|i| !rejected.contains(i) && *i != poison)
+        .collect();
+    let got: BTreeSet<u64> = accepted.keys().copied().collect();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "missing: {:?}",
+        want.difference(&got).collect::<Vec<_>>()
+    );
+    assert_eq!(got, want);
+    // Released on the first delivery, accepted on the second (by either consumer).
+    let released = entries(&out["released"]);
+    assert_eq!(released.len() as u64, count / 100, "{released:?}");
+    for (_, _, i, dc) in &released {
+        assert_eq!(*dc, 1, "record {i} released on its first delivery");
+        let again = by_consumer
+            .iter()
+            .flatten()
+            .find(|e| e.2 == *i)
+            .expect("a released record is redelivered");
+        assert_eq!(again.3, 2, "record {i} came again as delivery 2");
+    }
+    let seen_rejected: BTreeSet<u64> = entries(&out["rejected"]).iter().map(|e| e.2).collect();
+    assert_eq!(seen_rejected, rejected, "each rejected record seen once");
+    let poisoned: Vec<u64> = out["poisoned"]
+        .as_array()
+        .expect("poisoned")
+        .iter()
+        .map(|v| v.as_u64().expect("delivery count"))
+        .collect();
+    assert_eq!(poisoned, vec![1, 2, 3], "the poison record: 3 deliveries");
+    // The dead letters: each rejected record and the exhausted one, once.
+    let dead = out["dead_letters"].as_array().expect("dead letters");
+    let mut keys: Vec<String> = dead
+        .iter()
+        .map(|d| d["key"].as_str().expect("key").to_owned())
+        .collect();
+    keys.sort();
+    let mut want_keys: Vec<String> = rejected
+        .iter()
+        .chain([&poison])
+        .map(|i| format!("k-{i}"))
+        .collect();
+    want_keys.sort();
+    assert_eq!(keys, want_keys, "dead letters, once each");
+    for d in dead {
+        let h = &d["headers"];
+        assert_eq!(h["felix-dlq-group"], "billing", "{d}");
+        assert_eq!(
+            h["felix-dlq-stream"],
+            format!("{TENANT}/{NS}/{topic}"),
+            "{d}"
+        );
+        if d["key"] == format!("k-{poison}") {
+            assert_eq!(h["felix-dlq-attempts"], "3", "{d}");
+            assert!(h.get("felix-dlq-reason").is_none(), "{d}");
+        } else {
+            assert_eq!(
+                h["felix-dlq-reason"], "rejected by a Kafka share consumer",
+                "{d}"
+            );
+        }
+    }
+    (want, rejected)
+}
+
+/// Share consumers on a 3-broker cluster: the group's coordinator is one broker, its
+/// partitions are led by all three, and each ShareFetch goes to a partition's leader, whose
+/// Felix group state serves it. Two consumers still accept each record exactly once, and
+/// dead letters (published across brokers) land once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn share_consumers_on_a_cluster_fetch_from_each_partition_leader() {
+    const COUNT: u64 = 300;
+    let cluster = super::cluster::Cluster::start(3).await;
+    let client = cluster.client(Duration::from_secs(30)).await;
+    // default/default may exist already (docs/kafka.md): either way is fine.
+    for r in [
+        client.create_tenant(TENANT).await,
+        client.create_namespace(TENANT, NS).await,
+    ] {
+        if let Err(e) = r {
+            assert_eq!(e.code(), Some(felix_client::codes::ALREADY_EXISTS), "{e}");
+        }
+    }
+    for (name, shards) in [("spread", 3), ("spread-dlq", 1)] {
+        client
+            .create_stream(
+                TENANT,
+                NS,
+                name,
+                StreamConfig {
+                    durable: Some(true),
+                    shards: Some(shards),
+                    replicas: Some(1),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("create stream");
+    }
+    let topology = client
+        .topology(TENANT, NS, "spread")
+        .await
+        .expect("topology");
+    let leaders: BTreeSet<u64> = topology.shards.iter().filter_map(|s| s.leader).collect();
+    assert!(
+        leaders.len() > 1,
+        "partitions led by several brokers: {topology:?}"
+    );
+    share_group(
+        &client,
+        "spread",
+        "billing",
+        30_000,
+        3,
+        Some("spread-dlq"),
+        GroupStart::Latest,
+    )
+    .await;
+    let out = python_script(
+        "kafka_share.py",
+        &[
+            "split",
+            &cluster.brokers[0].kafka_addr.to_string(),
+            "spread",
+            "billing",
+            &COUNT.to_string(),
+            "spread-dlq",
+            "--limit",
+            "3",
+        ],
+    )
+    .await;
+    assert_split(&out, "spread", COUNT);
 }
