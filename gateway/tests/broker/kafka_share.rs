@@ -24,9 +24,10 @@ use kafka_protocol::messages::share_acknowledge_request::{
 use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::share_group_describe_response::DescribedGroup;
 use kafka_protocol::messages::{
-    ApiKey, GroupId, RequestHeader, ResponseHeader, ShareAcknowledgeRequest,
-    ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse, ShareGroupDescribeRequest,
-    ShareGroupDescribeResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
+    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, RequestHeader,
+    ResponseHeader, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
+    ShareFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use serde_json::Value;
@@ -696,6 +697,24 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
     assert_eq!((left.error_code, left.member_epoch), (0, -1));
     let g = describe_raw(&mut s).await;
     assert_eq!(g.error_code, ResponseError::GroupIdNotFound.code(), "{g:?}");
+
+    // A share group's coordinator is found as any group's; KIP-932's share-state
+    // coordinator (key type 2) is Kafka-broker-internal and refused.
+    for (key_type, key, code) in [
+        (0, "raw", 0),
+        (2, "raw:topic:0", ResponseError::InvalidRequest.code()),
+    ] {
+        let found: FindCoordinatorResponse = call(
+            &mut s,
+            ApiKey::FindCoordinator,
+            4,
+            &FindCoordinatorRequest::default()
+                .with_key_type(key_type)
+                .with_coordinator_keys(vec![StrBytes::from_static_str(key)]),
+        )
+        .await;
+        assert_eq!(found.coordinators[0].error_code, code, "{found:?}");
+    }
 }
 
 /// What `kafka_share.py split` of `count` records (delivery limit 3) must show: no
