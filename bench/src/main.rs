@@ -22,6 +22,8 @@
 //!   every tenth record nacked to a dead-letter stream (for `bench/groups.sh`).
 //! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
 //!   `bench/pubsub-vs-nats.sh`.
+//! * `nats-groups` (feature `nats`) — the `groups` load against NATS JetStream work-queue
+//!   pull consumers with explicit acks, for `bench/groups.sh`.
 
 // Results carry the wire's `ErrorBody` inline (~150 bytes since it can name a shard's
 // leader). Errors are the rare path; boxing would change the type every caller matches on.
@@ -37,6 +39,8 @@ mod groups_scenario;
 mod load;
 mod log_scenario;
 mod meta_scenario;
+#[cfg(feature = "nats")]
+mod nats_groups_scenario;
 #[cfg(feature = "nats")]
 mod nats_scenario;
 mod pubsub_scenario;
@@ -80,6 +84,9 @@ enum Scenario {
     /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
     #[cfg(feature = "nats")]
     NatsPubsub(nats_scenario::NatsArgs),
+    /// The `groups` load against NATS JetStream work-queue pull consumers (explicit acks).
+    #[cfg(feature = "nats")]
+    NatsGroups(nats_groups_scenario::NatsGroupsArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -94,5 +101,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Groups(args) => groups_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
+        #[cfg(feature = "nats")]
+        Scenario::NatsGroups(args) => nats_groups_scenario::run(args),
     }
 }

@@ -20,6 +20,7 @@ pub mod decode_pool;
 pub mod error;
 pub mod keeper;
 pub mod manifest;
+pub mod repair;
 pub mod retention;
 pub mod segment;
 pub mod store;

@@ -1,8 +1,10 @@
 //! The routes a broker serves to other brokers on its internal address, next to the control
-//! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader) and
-//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard).
+//! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader),
+//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard),
+//! `POST /repl/segment` (a range of records for a replica rewriting a damaged segment) and
+//! `POST /repl/groups` (a copy of a shard's group journal, `crate::groups::copy`).
 //!
-//! Invariant: until the broker has started, both routes refuse with a retryable error;
+//! Invariant: until the broker has started, every route refuses with a retryable error;
 //! nothing here decides anything the client protocol does not decide the same way. Who may
 //! call them is decided before these handlers run: with a cluster secret, the control
 //! plane's server refuses unsigned requests (`felix_meta::network::require_signed`).
@@ -18,6 +20,7 @@ use felix_wire::protocol::{ErrorBody, codes};
 use crate::broker::Broker;
 use crate::forward::{ForwardedAnswer, serve_forwarded_publish};
 use crate::replication::leader::serve_fetch;
+use crate::replication::segment_copy::{self, SegmentCopyRequest};
 use crate::replication::transport::{FetchError, FetchRequest};
 
 /// The broker behind the internal routes, set once it has started.
@@ -28,6 +31,8 @@ pub fn router(slot: BrokerSlot) -> axum::Router {
     axum::Router::new()
         .route("/repl/fetch", post(fetch))
         .route("/repl/publish", post(forwarded_publish))
+        .route("/repl/segment", post(segment))
+        .route(crate::groups::copy::PATH, post(crate::groups::copy::serve))
         .with_state(slot)
 }
 
@@ -62,4 +67,15 @@ async fn fetch(
         .map_err(|e| FetchError::Failed(e.message))?;
     drop(broker);
     serve_fetch(shard, req).await
+}
+
+async fn segment(
+    State(slot): State<BrokerSlot>,
+    Json(req): Json<SegmentCopyRequest>,
+) -> Result<Bytes, FetchError> {
+    let broker = slot
+        .get()
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| FetchError::Failed("the broker is starting".into()))?;
+    segment_copy::serve(&broker, req).await
 }

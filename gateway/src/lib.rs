@@ -72,6 +72,7 @@ pub mod quota;
 pub mod replication;
 pub mod retention;
 pub mod routing;
+pub mod segment_repair;
 pub mod server;
 pub mod shard;
 pub mod shards;

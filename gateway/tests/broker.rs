@@ -24,6 +24,8 @@ mod broker {
     mod felixctl;
     mod fencing;
     mod groups;
+    mod groups_auth;
+    mod groups_failover;
     mod idempotence;
     mod internal_auth;
     mod kafka;
@@ -36,5 +38,6 @@ mod broker {
     mod oidc;
     mod ordering;
     mod quotas;
+    mod repair;
     mod tiering;
 }

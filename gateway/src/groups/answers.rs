@@ -12,7 +12,7 @@ use felix_wire::groups::ClaimRef;
 use felix_wire::protocol::{ErrorBody, codes};
 
 use super::cursor::Event;
-use super::{GroupShard, now_ms};
+use super::now_ms;
 use crate::broker::Broker;
 use crate::errors::err;
 
@@ -143,7 +143,7 @@ impl Broker {
         }
         drop(c);
         for t in tickets {
-            GroupShard::written(t).await?;
+            gs.written(t).await?;
         }
         self.node.metrics.group_acked(&gs.key, &group.name, acked);
         Ok(deadlines)

@@ -140,6 +140,12 @@ pub(crate) enum Event {
     Snapshot {
         progress: Progress,
     },
+    /// The shard's log ends at `to` on a new leader (a Leader stream's failover lost the
+    /// records the old leader had past it): those offsets will hold other records, which
+    /// this group has not seen.
+    Rewind {
+        to: u64,
+    },
 }
 
 /// A group's progress on a shard, and who was seen lately (memory only).
@@ -254,6 +260,10 @@ impl Cursor {
                 }
             }
             Event::Snapshot { progress } => self.progress = progress.clone(),
+            Event::Rewind { to } => {
+                p.pending.retain(|o, _| o < to);
+                p.next = p.next.map(|n| n.min(*to));
+            }
         }
     }
 
@@ -366,6 +376,20 @@ mod tests {
             records: offsets.to_vec(),
             next,
         });
+    }
+
+    #[test]
+    fn a_rewind_forgets_what_lies_past_the_new_end_and_keeps_the_rest() {
+        let mut c = Cursor::new(1);
+        c.apply(&Event::Skip { to: 0 });
+        claim(&mut c, "a", &[(4, 2), (5, 1), (6, 1)], 100, 7);
+        c.apply(&Event::Rewind { to: 5 });
+        assert_eq!(c.progress.pending.keys().copied().collect::<Vec<_>>(), [4]);
+        assert_eq!(c.progress.pending[&4].attempts, 2);
+        assert_eq!(c.progress.next, Some(5));
+        // Nothing past the position: nothing changes.
+        c.apply(&Event::Rewind { to: 9 });
+        assert_eq!(c.progress.next, Some(5));
     }
 
     #[test]
