@@ -821,8 +821,9 @@ fn assert_split(out: &Value, topic: &str, count: u64) -> (BTreeSet<u64>, BTreeSe
     (want, rejected)
 }
 
-/// Share consumers on a 3-broker cluster: the group's coordinator is one broker, its
-/// partitions are led by all three, and each ShareFetch goes to a partition's leader, whose
+/// Share consumers on a 3-broker cluster, on a 3-replica Quorum stream (the group's
+/// progress replicated with each shard): the group's coordinator is one broker, the
+/// partitions are led by several, and each ShareFetch goes to a partition's leader, whose
 /// Felix group state serves it. Two consumers still accept each record exactly once, and
 /// dead letters (published across brokers) land once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -848,7 +849,8 @@ async fn share_consumers_on_a_cluster_fetch_from_each_partition_leader() {
                 StreamConfig {
                     durable: Some(true),
                     shards: Some(shards),
-                    replicas: Some(1),
+                    replicas: Some(3),
+                    consistency: Some("quorum".into()),
                     ..Default::default()
                 },
             )
