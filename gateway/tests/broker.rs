@@ -33,6 +33,7 @@ mod broker {
     mod kafka_admin;
     mod kafka_auth;
     mod kafka_clients;
+    mod kafka_share;
     mod leases;
     mod limits;
     mod oidc;

@@ -46,6 +46,10 @@ pub(crate) struct Pending {
     /// dead-letter shard's leader recognises it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<(u32, i32)>,
+    /// Rejected by its holder (a Kafka share consumer's REJECT): dead-lettered whatever
+    /// its attempts, never handed out again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rejected: bool,
 }
 
 impl Pending {
@@ -61,6 +65,7 @@ impl Pending {
     /// lapsed or was nacked (a nack with a delay does not wait it out).
     pub(crate) fn exhausted(&self, max_attempts: u32, now_ms: i64) -> bool {
         self.dead_letter.is_some()
+            || self.rejected
             || (self.attempts >= max_attempts
                 && (matches!(self.hold, Hold::Released { .. }) || self.due(now_ms)))
     }
@@ -110,6 +115,12 @@ pub(crate) enum Event {
     Extend {
         offsets: Vec<u64>,
         deadline_ms: i64,
+    },
+    /// Records their holder will not process: dead-lettered next, whatever their attempts.
+    Reject {
+        offsets: Vec<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     Producer {
         id: i64,
@@ -178,6 +189,7 @@ impl Cursor {
                         hold: Hold::Released { not_before_ms: 0 },
                         reason: None,
                         dead_letter: None,
+                        rejected: false,
                     });
                     entry.attempts = *attempt;
                     entry.hold = Hold::Claimed {
@@ -219,6 +231,15 @@ impl Cursor {
                     }) = p.pending.get_mut(o)
                     {
                         *d = *deadline_ms;
+                    }
+                }
+            }
+            Event::Reject { offsets, reason } => {
+                for o in offsets {
+                    if let Some(e) = p.pending.get_mut(o) {
+                        e.hold = Hold::Released { not_before_ms: 0 };
+                        e.reason = reason.clone();
+                        e.rejected = true;
                     }
                 }
             }
@@ -453,6 +474,7 @@ mod tests {
             },
             reason: None,
             dead_letter: None,
+            rejected: false,
         };
         assert!(!p.exhausted(3, 5));
         assert!(p.exhausted(3, 10));
@@ -462,5 +484,14 @@ mod tests {
             ..p
         };
         assert!(nacked.exhausted(3, 5));
+        let rejected = Pending {
+            attempts: 1,
+            rejected: true,
+            ..nacked
+        };
+        assert!(
+            rejected.exhausted(3, 5),
+            "a rejected record is dead-lettered at once"
+        );
     }
 }
