@@ -251,6 +251,7 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         Request::DeleteOidcIssuer { .. } => "DeleteOidcIssuer",
         Request::ExchangeOidcToken { .. } => "ExchangeOidcToken",
         Request::Group(_) => "Group",
+        Request::Cache(_) => "Cache",
         Request::PublishIf { .. } => "PublishIf",
     }
 }

@@ -1,8 +1,9 @@
 //! The routes a broker serves to other brokers on its internal address, next to the control
-//! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader) and
-//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard).
+//! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader),
+//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard) and
+//! `POST /repl/cache` (a cache operation forwarded to the key's owner).
 //!
-//! Invariant: until the broker has started, both routes refuse with a retryable error;
+//! Invariant: until the broker has started, every route refuses with a retryable error;
 //! nothing here decides anything the client protocol does not decide the same way. Who may
 //! call them is decided before these handlers run: with a cluster secret, the control
 //! plane's server refuses unsigned requests (`felix_meta::network::require_signed`).
@@ -28,6 +29,7 @@ pub fn router(slot: BrokerSlot) -> axum::Router {
     axum::Router::new()
         .route("/repl/fetch", post(fetch))
         .route("/repl/publish", post(forwarded_publish))
+        .route(crate::cache::forward::ROUTE, post(forwarded_cache))
         .with_state(slot)
 }
 
@@ -47,6 +49,18 @@ async fn forwarded_publish(
         });
     };
     Json(serve_forwarded_publish(&broker, &headers, body).await)
+}
+
+/// A cache operation forwarded by a broker that does not own the key (`cache::forward`).
+async fn forwarded_cache(
+    State(slot): State<BrokerSlot>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Bytes {
+    match slot.get().and_then(Weak::upgrade) {
+        Some(broker) => crate::cache::forward::serve_forwarded(&broker, &headers, body).await,
+        None => crate::cache::forward::starting(),
+    }
 }
 
 async fn fetch(

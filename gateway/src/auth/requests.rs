@@ -9,6 +9,7 @@
 //! request cannot be added without deciding its check.
 
 use felix_meta::auth::{Action, Resource};
+use felix_wire::cache::CacheRequest;
 use felix_wire::groups::GroupRequest;
 use felix_wire::protocol::{ErrorBody, Request};
 
@@ -125,6 +126,26 @@ pub fn check_for(request: &Request) -> Check {
         } => Check::Action(Action::StreamPublish, stream(tenant, namespace, name)),
         R::ProducerInit {} => Check::Authenticated,
         R::Group(g) => group_check(g),
+        R::Cache(c) => cache_check(c),
+    }
+}
+
+/// A cache's operations need `cache.read` or `cache.write` on the cache; creating and
+/// dropping it `cache.manage`, and describing or listing any cache permission there.
+fn cache_check(c: &CacheRequest) -> Check {
+    let (tenant, namespace, name) = c.cache();
+    match c {
+        CacheRequest::List { .. } => {
+            Check::View(Action::CacheManage, Resource::namespace(tenant, namespace))
+        }
+        CacheRequest::Describe { .. } => Check::View(
+            Action::CacheManage,
+            Resource::stream(tenant, namespace, name),
+        ),
+        _ => Check::Action(
+            crate::cache::forward::action_of(c),
+            Resource::stream(tenant, namespace, name),
+        ),
     }
 }
 
