@@ -234,7 +234,8 @@ impl CacheRequest {
 
 /// The answer to a [`CacheRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+// Not `type`: a `Response::Cache` is tagged `type` already.
+#[serde(tag = "answer", rename_all = "snake_case")]
 pub enum CacheResponse {
     Cache {
         cache: CacheInfo,
@@ -310,6 +311,13 @@ mod tests {
         assert_eq!(back, put);
         assert_eq!((back.cache(), back.key()), (("t", "n", "c"), Some("k")));
         assert_eq!(back.kind(), "put_if");
+        // Inside a response, whose own tag is `type`, the answer still reads back.
+        let r = crate::protocol::Response::Cache(CacheResponse::Written { version: 3 });
+        let json = serde_json::to_string(&r).expect("encodes");
+        assert_eq!(
+            serde_json::from_str::<crate::protocol::Response>(&json).expect("decodes"),
+            r
+        );
         let absent: Condition = serde_json::from_str(r#""absent""#).expect("absent");
         assert_eq!(absent, Condition::Absent);
     }

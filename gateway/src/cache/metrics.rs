@@ -58,14 +58,14 @@ impl CacheShardLabel {
 /// The cache metrics.
 #[derive(Default)]
 pub struct CacheMetrics {
-    pub operations: Family<OpResult, Counter>,
-    pub entries: Family<CacheShardLabel, Gauge>,
-    pub bytes: Family<CacheShardLabel, Gauge>,
-    pub log_bytes: Family<CacheShardLabel, Gauge>,
-    pub expired: Family<CacheLabel, Counter>,
-    pub evicted: Family<CacheLabel, Counter>,
-    pub compactions: Family<CacheLabel, Counter>,
-    pub forwarded: Counter,
+    pub cache_operations: Family<OpResult, Counter>,
+    pub cache_entries: Family<CacheShardLabel, Gauge>,
+    pub cache_bytes: Family<CacheShardLabel, Gauge>,
+    pub cache_log_bytes: Family<CacheShardLabel, Gauge>,
+    pub cache_expired: Family<CacheLabel, Counter>,
+    pub cache_evicted: Family<CacheLabel, Counter>,
+    pub cache_compactions: Family<CacheLabel, Counter>,
+    pub cache_forwarded: Counter,
 }
 
 impl CacheMetrics {
@@ -74,47 +74,47 @@ impl CacheMetrics {
             "felix_cache_operations",
             "Cache operations this broker answered to a client, by kind and result (ok, or the \
              error's reason)",
-            self.operations.clone(),
+            self.cache_operations.clone(),
         );
         registry.register(
             "felix_cache_entries",
             "Entries held by the cache shards this broker owns (expired ones until removed)",
-            self.entries.clone(),
+            self.cache_entries.clone(),
         );
         registry.register(
             "felix_cache_bytes",
             "Bytes of keys and values held by the cache shards this broker owns",
-            self.bytes.clone(),
+            self.cache_bytes.clone(),
         );
         registry.register(
             "felix_cache_log_bytes",
             "On-disk bytes of the logs of the log-backed cache shards this broker owns",
-            self.log_bytes.clone(),
+            self.cache_log_bytes.clone(),
         );
         registry.register(
             "felix_cache_expired",
             "Cache entries deleted because their TTL passed",
-            self.expired.clone(),
+            self.cache_expired.clone(),
         );
         registry.register(
             "felix_cache_evicted",
             "In-memory cache entries evicted under kv_memory_bytes",
-            self.evicted.clone(),
+            self.cache_evicted.clone(),
         );
         registry.register(
             "felix_cache_compactions",
             "Compaction runs of log-backed cache shards",
-            self.compactions.clone(),
+            self.cache_compactions.clone(),
         );
         registry.register(
             "felix_cache_forwarded",
             "Cache operations forwarded to the key's owner",
-            self.forwarded.clone(),
+            self.cache_forwarded.clone(),
         );
     }
 
     pub(crate) fn operation(&self, op: &str, result: &str) {
-        self.operations
+        self.cache_operations
             .get_or_create(&OpResult {
                 op: op.to_owned(),
                 result: result.to_owned(),
@@ -123,19 +123,19 @@ impl CacheMetrics {
     }
 
     pub(crate) fn expired(&self, key: &ShardKey, cache: &str, n: u64) {
-        self.expired
+        self.cache_expired
             .get_or_create(&CacheLabel::of(key, cache))
             .inc_by(n);
     }
 
     pub(crate) fn evicted(&self, key: &ShardKey, cache: &str, n: u64) {
-        self.evicted
+        self.cache_evicted
             .get_or_create(&CacheLabel::of(key, cache))
             .inc_by(n);
     }
 
     pub(crate) fn compacted(&self, key: &ShardKey, cache: &str) {
-        self.compactions
+        self.cache_compactions
             .get_or_create(&CacheLabel::of(key, cache))
             .inc();
     }

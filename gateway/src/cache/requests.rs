@@ -147,7 +147,7 @@ async fn answer(
                     let leader = e.leader;
                     match leader.and_then(|l| broker.node.internal_addr_of(l)) {
                         Some(addr) => {
-                            broker.node.metrics.cache.forwarded.inc();
+                            broker.node.metrics.cache.cache_forwarded.inc();
                             super::forward::forward(broker, &addr, request, body, token).await
                         }
                         None => Err(e),

@@ -89,8 +89,8 @@ impl Broker {
             let label = CacheShardLabel::of(&cs.key, &cs.cache);
             let m = &self.node.metrics.cache;
             if let Ok(st) = cs.state.try_lock() {
-                m.entries.get_or_create(&label).set(st.len() as i64);
-                m.bytes.get_or_create(&label).set(st.bytes() as i64);
+                m.cache_entries.get_or_create(&label).set(st.len() as i64);
+                m.cache_bytes.get_or_create(&label).set(st.bytes() as i64);
             }
             if let Some(log) = &cs.shard.log {
                 m.log_bytes
