@@ -201,4 +201,101 @@ mod tests {
         };
         assert!(matches!(check_for(&list), Check::View(_, _)));
     }
+
+    #[test]
+    fn cache_operations_need_cache_read_write_or_manage_on_the_cache() {
+        use felix_wire::cache::CacheRequest as C;
+        let on = Resource::stream("a", "n", "c");
+        let (t, n, c, k) = (
+            || "a".to_owned(),
+            || "n".to_owned(),
+            || "c".to_owned(),
+            || "k".to_owned(),
+        );
+        let cases = [
+            (
+                C::Get {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                },
+                Action::CacheRead,
+            ),
+            (
+                C::CounterGet {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                },
+                Action::CacheRead,
+            ),
+            (
+                C::Watch {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: Some(k()),
+                    prefix: None,
+                },
+                Action::CacheRead,
+            ),
+            (
+                C::Put {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                    ttl_ms: None,
+                    condition: None,
+                },
+                Action::CacheWrite,
+            ),
+            (
+                C::Delete {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                    condition: None,
+                },
+                Action::CacheWrite,
+            ),
+            (
+                C::CounterAdd {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                    delta: 1,
+                },
+                Action::CacheWrite,
+            ),
+            (
+                C::Create {
+                    tenant: t(),
+                    namespace: n(),
+                    name: c(),
+                    config: Default::default(),
+                },
+                Action::CacheManage,
+            ),
+            (
+                C::Drop {
+                    tenant: t(),
+                    namespace: n(),
+                    name: c(),
+                },
+                Action::CacheManage,
+            ),
+        ];
+        for (request, action) in cases {
+            assert_eq!(
+                check_for(&Request::Cache(request.clone())),
+                Check::Action(action, on.clone()),
+                "{request:?}"
+            );
+        }
+    }
 }

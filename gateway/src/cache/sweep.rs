@@ -55,11 +55,12 @@ impl Broker {
         self.caches.open.lock().retain(|_, c| {
             let keep = !c.shard.is_closed();
             if !keep {
-                self.node
-                    .metrics
-                    .cache
-                    .entries
-                    .remove(&CacheShardLabel::of(&c.key, &c.cache));
+                // A closed shard's gauges go with it, so a dropped cache leaves no series.
+                let label = CacheShardLabel::of(&c.key, &c.cache);
+                let m = &self.node.metrics.cache;
+                m.cache_entries.remove(&label);
+                m.cache_bytes.remove(&label);
+                m.cache_log_bytes.remove(&label);
             }
             keep
         });
@@ -93,7 +94,7 @@ impl Broker {
                 m.cache_bytes.get_or_create(&label).set(st.bytes() as i64);
             }
             if let Some(log) = &cs.shard.log {
-                m.log_bytes
+                m.cache_log_bytes
                     .get_or_create(&label)
                     .set(log.size_bytes() as i64);
             }
