@@ -20,6 +20,8 @@
 //! * `groups` — a running broker: consume-and-acknowledge through a consumer group with 1,
 //!   4 and 16 consumers against a plain subscription of the same 4-shard stream, and with
 //!   every tenth record nacked to a dead-letter stream (for `bench/groups.sh`).
+//! * `cache` — a running broker or cluster: put then get ops/s and latency of a cache's
+//!   keys by concurrent clients (for `bench/cache.sh`).
 //! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
 //!   `bench/pubsub-vs-nats.sh`.
 
@@ -29,6 +31,7 @@
 
 mod auth_scenario;
 mod broker_metrics;
+mod cache_scenario;
 mod catchup_scenario;
 mod cluster;
 mod common;
@@ -77,6 +80,9 @@ enum Scenario {
     /// Consume and acknowledge through a consumer group with 1, 4 and 16 consumers, against
     /// a plain subscription of the same stream; and with every tenth record dead-lettered.
     Groups(groups_scenario::GroupsArgs),
+    /// Puts then gets of `--value-bytes` values on `--keys` keys by `--clients` concurrent
+    /// clients, against a cache of a running broker or cluster.
+    Cache(cache_scenario::CacheArgs),
     /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
     #[cfg(feature = "nats")]
     NatsPubsub(nats_scenario::NatsArgs),
@@ -92,6 +98,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Failover(args) => failover_scenario::run(args),
         Scenario::AuthChecks(args) => auth_scenario::run(args),
         Scenario::Groups(args) => groups_scenario::run(args),
+        Scenario::Cache(args) => cache_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
     }
