@@ -293,9 +293,11 @@ mod tests {
         s.apply(&put("old", "x", 1, Some(5)));
         s.apply(&put("live", "y", 2, None));
         s.apply(&put("new", "z", 3, None));
-        let one = Entry::cost("new", &Bytes::from_static(b"z"));
-        assert_eq!(s.evict_to(2 * one, "new", 10), 1);
+        // One byte over: the expired entry goes, the live one stays.
+        assert_eq!(s.evict_to(s.bytes() - 1, "new", 10), 1);
         assert!(s.live("live", 10).is_some());
+        assert_eq!(s.entries.len(), 2);
+        let one = Entry::cost("new", &Bytes::from_static(b"z"));
         assert_eq!(s.evict_to(one, "new", 10), 1);
         assert!(s.live("new", 10).is_some());
     }

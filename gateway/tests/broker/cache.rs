@@ -75,6 +75,7 @@ async fn cache_on_one_broker() {
     a_ttl_entry_reads_back_before_and_is_absent_after_and_its_watch_hears_the_expiry(&client).await;
     counters_add_atomically_and_refuse_what_is_not_a_number(&client).await;
     cache_metrics_count_operations_by_kind_and_result(&broker).await;
+    felixctl_cache_puts_gets_counts_and_watches_and_a_refused_put_exits_1(&broker, &client).await;
     compaction_bounds_the_log_of_a_cache_overwritten_100000_times(&broker, &client).await;
     values_survive_kill_9_in_a_log_backed_cache_and_not_in_an_in_memory_one(&mut broker, &client)
         .await;
@@ -526,6 +527,160 @@ async fn cache_metrics_count_operations_by_kind_and_result(broker: &Broker) {
         !metric_lines(&text, "felix_cache_entries").is_empty(),
         "no entry gauges"
     );
+}
+
+async fn felixctl_cache_puts_gets_counts_and_watches_and_a_refused_put_exits_1(
+    broker: &Broker,
+    client: &Client,
+) {
+    use super::felixctl::{run, run_status_in};
+    let json = |out: &str| -> serde_json::Value {
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    };
+    run(
+        broker,
+        &["cache", "create", "kv/ns/cli", "--durable", "--shards", "2"],
+        b"",
+    )
+    .await;
+    let listed = run(
+        broker,
+        &["cache", "list", "kv/ns", "--output", "jsonl"],
+        b"",
+    )
+    .await;
+    assert!(
+        listed.stdout.contains(r#""name":"cli""#),
+        "{}",
+        listed.stdout
+    );
+    let version = run(
+        broker,
+        &["cache", "put", "kv/ns/cli", "k", "v1", "--ttl", "60s"],
+        b"",
+    )
+    .await;
+    let version: u64 = version.stdout.trim().parse().expect("a version");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ok, stderr) = run_status_in(
+        broker,
+        dir.path(),
+        &["cache", "put", "kv/ns/cli", "k", "v2", "--if-absent"],
+        b"",
+    )
+    .await;
+    assert!(!ok && stderr.contains("version_conflict"), "{stderr}");
+    let got = run(
+        broker,
+        &["cache", "get", "kv/ns/cli", "k", "--output", "json"],
+        b"",
+    )
+    .await;
+    let got = json(&got.stdout);
+    assert_eq!(
+        (got["key"].as_str(), got["value"].as_str()),
+        (Some("k"), Some("v1"))
+    );
+    assert_eq!(got["version"].as_u64(), Some(version));
+    assert!(got["ttl_ms"].as_u64().is_some_and(|t| t <= 60_000), "{got}");
+    let stale = version.to_string();
+    run(
+        broker,
+        &[
+            "cache",
+            "put",
+            "kv/ns/cli",
+            "k",
+            "v2",
+            "--if-version",
+            &stale,
+        ],
+        b"",
+    )
+    .await;
+    let (ok, stderr) = run_status_in(
+        broker,
+        dir.path(),
+        &[
+            "cache",
+            "put",
+            "kv/ns/cli",
+            "k",
+            "v3",
+            "--if-version",
+            &stale,
+        ],
+        b"",
+    )
+    .await;
+    assert!(!ok && stderr.contains("version_conflict"), "{stderr}");
+    let incr = run(
+        broker,
+        &["cache", "incr", "kv/ns/cli", "n", "--by", "5"],
+        b"",
+    )
+    .await;
+    assert_eq!(incr.stdout.trim(), "5");
+    let counter = run(
+        broker,
+        &["cache", "get", "kv/ns/cli", "n", "--output", "json"],
+        b"",
+    )
+    .await;
+    assert_eq!(json(&counter.stdout)["value"].as_i64(), Some(5));
+    let absent = run(
+        broker,
+        &["cache", "get", "kv/ns/cli", "nope", "--output", "json"],
+        b"",
+    )
+    .await;
+    assert!(json(&absent.stdout)["value"].is_null(), "{}", absent.stdout);
+    // A watch prints the first change after it opens: puts keep coming until it has.
+    let writer = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            for i in 0..100 {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let _ = client
+                    .cache_put(
+                        T,
+                        NS,
+                        "cli",
+                        "k-watched",
+                        Bytes::from(format!("w{i}")),
+                        None,
+                    )
+                    .await;
+            }
+        })
+    };
+    let watched = run(
+        broker,
+        &[
+            "cache",
+            "watch",
+            "kv/ns/cli",
+            "--prefix",
+            "k-",
+            "--count",
+            "1",
+            "--output",
+            "jsonl",
+        ],
+        b"",
+    )
+    .await;
+    writer.abort();
+    let change = json(&watched.stdout);
+    assert_eq!(
+        (change["key"].as_str(), change["kind"].as_str()),
+        (Some("k-watched"), Some("put"))
+    );
+    assert!(
+        change["value"].as_str().is_some_and(|v| v.starts_with('w')),
+        "{change}"
+    );
+    run(broker, &["cache", "delete", "kv/ns/cli"], b"").await;
 }
 
 /// The on-disk size of a cache's shard directories.
