@@ -173,10 +173,19 @@ impl Broker {
             .await
             .map_err(|e| as_cache_error(e, tenant, namespace, name))?;
         let stream = backing_stream(name);
-        self.caches
-            .open
-            .lock()
-            .retain(|k, _| !(k.tenant == tenant && k.namespace == namespace && k.stream == stream));
+        let dropped: Vec<_> = {
+            let mut open = self.caches.open.lock();
+            let keys: Vec<_> = open
+                .keys()
+                .filter(|k| k.tenant == tenant && k.namespace == namespace && k.stream == stream)
+                .cloned()
+                .collect();
+            keys.iter().filter_map(|k| open.remove(k)).collect()
+        };
+        // An in-memory cache's bytes go back to the broker's budget.
+        for c in &dropped {
+            self.forget_memory(c);
+        }
         Ok(())
     }
 }

@@ -156,7 +156,7 @@ impl Broker {
 
     /// Gives back the memory an in-memory shard's state held (the shard is gone or
     /// re-created).
-    fn forget_memory(&self, old: &CacheShard) {
+    pub(crate) fn forget_memory(&self, old: &CacheShard) {
         if old.durable {
             return;
         }

@@ -78,6 +78,10 @@ impl Broker {
                 .collect()
         };
         for key in keys {
+            // Only a replica can lead the shard; asking elsewhere would open it here.
+            if !self.node.holds_replica(&key) {
+                continue;
+            }
             let Ok(cs) = self.cache_shard(&key) else {
                 continue;
             };
