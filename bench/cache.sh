@@ -24,9 +24,11 @@ RESULTS=bench/results/cache
 command -v redis-server >/dev/null || { echo "redis-server is needed (apt-get install redis-server)" >&2; exit 1; }
 
 if [ "$PROFILE" = release ]; then
-  cargo build --release -q -p felix-gateway --bin felix -p felix-bench
+  cargo build --release -q -p felix-gateway --bin felix
+  cargo build --release -q -p felix-bench
 else
-  cargo build -q -p felix-gateway --bin felix -p felix-bench
+  cargo build -q -p felix-gateway --bin felix
+  cargo build -q -p felix-bench
 fi
 FELIX=./target/$PROFILE/felix
 BENCH=./target/$PROFILE/felix-bench
@@ -39,7 +41,7 @@ on_exit cleanup
 
 wait_ready() {
   for _ in $(seq 1 240); do
-    grep -q "ready" "$1" && return 0
+    grep -qs "ready" "$1" && return 0
     sleep 0.5
   done
   cat "$1" >&2

@@ -360,6 +360,8 @@ impl Broker {
             .streams
             .values()
             .filter(|s| s.tenant == tenant && s.namespace == namespace)
+            // Caches' streams are not topics a Kafka client lists.
+            .filter(|s| !crate::cache::is_cache_stream(&s.name))
             .map(|s| StreamShape {
                 name: s.name.clone(),
                 shards: s.settings.shards,

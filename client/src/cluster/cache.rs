@@ -1,6 +1,7 @@
-//! A [`Client`]'s cache calls: each goes to any live broker (the broker forwards an
-//! operation on a key to the key's owner), re-sent on refusals and, for reads, on unknown
-//! outcomes; and a watch that follows the key's owner.
+//! A [`Client`]'s cache calls: an operation on a key goes straight to the key's owner when
+//! the routing table of the cache's stream names it, else to any live broker (which forwards
+//! it to the owner), re-sent on refusals and, for reads, on unknown outcomes; and a watch
+//! that follows the key's owner.
 //!
 //! Invariant: a write whose outcome is unknown (lost connection, `quorum_timeout`,
 //! `leadership_lost`) is never re-sent here: the caller decides, since a put may have
@@ -11,7 +12,7 @@ use felix_wire::cache::{CacheRequest, CacheResponse};
 use felix_wire::protocol::{Request, Response};
 
 use super::Client;
-use super::retry::Backoff;
+use super::retry::{Backoff, Verdict, classify};
 use crate::cache::{CacheEvent, CacheWatch, WatchTarget, reopenable};
 use crate::{ClientError, Connection};
 
@@ -22,9 +23,13 @@ impl Client {
         body: Bytes,
         idempotent: bool,
     ) -> Result<(CacheResponse, Bytes), ClientError> {
-        let request = &Request::Cache(request);
-        let body = &body;
         let timeout = self.inner.config.request_timeout;
+        let request = Request::Cache(request);
+        if let Some(answer) = self.at_owner(&request, &body).await {
+            return answer;
+        }
+        let request = &request;
+        let body = &body;
         let answer = self
             .on_any_broker(idempotent, &self.budget(), None, |c: Connection| async move {
                 c.call_with_body(request, body.clone(), timeout).await
@@ -37,6 +42,41 @@ impl Client {
     }
 
     cache_requests!();
+
+    /// Sends an operation on a key straight to the key's owner, found in the routing table
+    /// of the cache's stream: `None` when it cannot be routed there or the owner refused it
+    /// (then any broker takes it and forwards it), else the answer — including a failure
+    /// after sending, which is not re-sent here.
+    async fn at_owner(
+        &self,
+        request: &Request,
+        body: &Bytes,
+    ) -> Option<Result<(CacheResponse, Bytes), ClientError>> {
+        let Request::Cache(cache_request) = request else {
+            return None;
+        };
+        let key = cache_request.key()?;
+        let (t, n, c) = cache_request.cache();
+        let stream = crate::stream_key(t, n, &format!("__cache.{c}"));
+        let deadline = self.budget();
+        let shards = self.shard_count_of(&stream, &deadline).await.ok()?;
+        let shard = felix_wire::murmur2::shard_for_key(key.as_bytes(), shards);
+        let (owner, _) = self.leader_client(&stream, shard, &deadline).await.ok()?;
+        match owner
+            .call_with_body(request, body.clone(), self.inner.config.request_timeout)
+            .await
+        {
+            Ok((Response::Cache(r), body)) => Some(Ok((r, body))),
+            Ok((other, _)) => Some(Err(crate::unexpected("Cache", &other))),
+            // Refused (not the owner any more, between owners, not sent): any broker
+            // routes it; the table learns the new owner on its next refresh.
+            Err(failed) if classify(&failed.error, failed.sent) == Verdict::Refused => {
+                self.routes().forget(&stream);
+                None
+            }
+            Err(failed) => Some(Err(failed.error)),
+        }
+    }
 
     /// Watches a key (at its owner) or a prefix; the watch follows the owner: when the
     /// owner changes or its connection is lost, it is opened again at the new owner.

@@ -108,6 +108,20 @@ pub fn check_for(request: &Request) -> Check {
             stream: name,
             ..
         } => Check::Action(Action::StreamSubscribe, stream(tenant, namespace, name)),
+        // A cache's routing table (a client routes a key to its owner) needs a permission on
+        // the cache, not on the stream that holds it.
+        R::Topology {
+            tenant,
+            namespace,
+            stream: name,
+        } if crate::cache::is_cache_stream(name) => Check::View(
+            Action::CacheRead,
+            stream(
+                tenant,
+                namespace,
+                &name[crate::cache::CACHE_STREAM_PREFIX.len()..],
+            ),
+        ),
         R::ListSegments {
             tenant,
             namespace,
