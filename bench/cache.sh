@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The cache (felix-bench cache) on one broker and on three (Leader and Quorum), side by side
 # in the same run with redis-server (appendonly yes, appendfsync everysec) driven by
-# redis-benchmark; writes bench/results/cache.md (a table) and bench/results/cache.jsonl (raw
-# lines). Local runs only (CI never runs it).
+# redis-benchmark, and NATS JetStream KV (nats-server -js, a file-storage bucket) driven by
+# felix-bench nats-kv; writes bench/results/cache.md (a table) and bench/results/cache.jsonl
+# (raw lines). Local runs only (CI never runs it). Needs redis-server and nats-server on
+# PATH (Debian: apt-get install -y redis-server nats-server).
 #
 #   bench/cache.sh
 #   OPS=20000 PROFILE=debug bench/cache.sh   (defaults: 50000 ops per phase, release)
 #
 # Load: 1 KiB values, 10,000 keys, 16 concurrent clients; puts, then gets. Felix caches are
 # log-backed (durable) with the broker's default fsync policy (periodic, 250 ms), the
-# comparable setting to Redis's appendfsync everysec. NATS JetStream KV is not driven here
-# (felix-bench has no KV client for it yet).
+# comparable setting to Redis's appendfsync everysec; JetStream flushes on its own interval.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -22,13 +23,14 @@ CLIENTS=${CLIENTS:-16}
 PROFILE=${PROFILE:-release}
 RESULTS=bench/results/cache
 command -v redis-server >/dev/null || { echo "redis-server is needed (apt-get install redis-server)" >&2; exit 1; }
+command -v nats-server >/dev/null || { echo "nats-server is needed (apt-get install nats-server)" >&2; exit 1; }
 
 if [ "$PROFILE" = release ]; then
   cargo build --release -q -p felix-gateway --bin felix
-  cargo build --release -q -p felix-bench
+  cargo build --release -q -p felix-bench --features nats
 else
   cargo build -q -p felix-gateway --bin felix
-  cargo build -q -p felix-bench
+  cargo build -q -p felix-bench --features nats
 fi
 FELIX=./target/$PROFILE/felix
 BENCH=./target/$PROFILE/felix-bench
@@ -107,17 +109,27 @@ print(json.dumps({"scenario": "cache", "system": "redis appendfsync everysec", "
 ' >>"$OUT"
 stop_pids "${PIDS[@]}"; PIDS=()
 
+echo "cache: nats kv" >&2
+NPORT=$(free_port)
+mkdir -p "$TMP/nats"
+nats-server -a 127.0.0.1 -p "$NPORT" -js -sd "$TMP/nats" >"$TMP/nats.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 1 50); do grep -qs "Server is ready" "$TMP/nats.log" && break; sleep 0.1; done
+"$BENCH" nats-kv --server "127.0.0.1:$NPORT" --keys "$KEYS" --clients "$CLIENTS" --ops "$OPS" \
+  2>/dev/null | tail -1 >>"$OUT"
+stop_pids "${PIDS[@]}"; PIDS=()
+
 cp "$OUT" "$RESULTS.jsonl"
 COPIED=1
 python3 - "$OUT" "$PROFILE" "$LOAD_BEFORE" "$OPS" "$KEYS" "$CLIENTS" >"$RESULTS.md" <<'PY'
 import json, sys
 path, profile, load, ops, keys, clients = sys.argv[1:]
 lines = [json.loads(l) for l in open(path)]
-print("# Cache: Felix against Redis\n")
+print("# Cache: Felix against Redis and NATS JetStream KV\n")
 print(f"`bench/cache.sh`, profile `{profile}`, {ops} ops per phase, {keys} keys, 1 KiB values, "
       f"{clients} concurrent clients; load average before: {load}. Felix caches are log-backed "
-      "(periodic fsync, 250 ms); Redis runs appendonly with appendfsync everysec. NATS "
-      "JetStream KV was not measured.\n")
+      "(periodic fsync, 250 ms); Redis runs appendonly with appendfsync everysec; NATS "
+      "JetStream KV is a file-storage bucket, one replica, history 1.\n")
 print("| system | put ops/s | put p50 / p99 µs | get ops/s | get p50 / p99 µs |")
 print("|---|---|---|---|---|")
 for d in lines:

@@ -24,6 +24,8 @@
 //!   keys by concurrent clients (for `bench/cache.sh`).
 //! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
 //!   `bench/pubsub-vs-nats.sh`.
+//! * `nats-kv` (feature `nats`) — the `cache` load against a NATS JetStream key-value bucket,
+//!   for `bench/cache.sh`.
 
 // Results carry the wire's `ErrorBody` inline (~150 bytes since it can name a shard's
 // leader). Errors are the rare path; boxing would change the type every caller matches on.
@@ -40,6 +42,8 @@ mod groups_scenario;
 mod load;
 mod log_scenario;
 mod meta_scenario;
+#[cfg(feature = "nats")]
+mod nats_kv_scenario;
 #[cfg(feature = "nats")]
 mod nats_scenario;
 mod pubsub_scenario;
@@ -86,6 +90,9 @@ enum Scenario {
     /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
     #[cfg(feature = "nats")]
     NatsPubsub(nats_scenario::NatsArgs),
+    /// The `cache` load against a NATS JetStream key-value bucket (file storage).
+    #[cfg(feature = "nats")]
+    NatsKv(nats_kv_scenario::NatsKvArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -101,5 +108,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Cache(args) => cache_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
+        #[cfg(feature = "nats")]
+        Scenario::NatsKv(args) => nats_kv_scenario::run(args),
     }
 }
