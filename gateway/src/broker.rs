@@ -86,7 +86,7 @@ pub struct Broker {
     /// The group journals of the shards this broker leads (`crate::groups`).
     pub(crate) groups: crate::groups::registry::Groups,
     /// The cache shards this broker owns (`crate::cache`).
-    pub(crate) caches: crate::cache::Caches,
+    pub(crate) caches: crate::cache::registry::Caches,
 }
 
 impl Broker {

@@ -58,8 +58,8 @@ async fn forwarded_cache(
     body: Bytes,
 ) -> Bytes {
     match slot.get().and_then(Weak::upgrade) {
-        Some(broker) => crate::cache::forward::serve_forwarded(&broker, &headers, body).await,
-        None => crate::cache::forward::starting(),
+        Some(broker) => crate::cache::requests::serve_forwarded(&broker, &headers, body).await,
+        None => crate::cache::requests::starting(),
     }
 }
 

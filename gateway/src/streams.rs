@@ -97,13 +97,13 @@ impl Broker {
         name: &str,
         config: StreamConfig,
     ) -> Result<StreamInfo, ErrorBody> {
-        if crate::cache::is_cache_stream(name) {
+        if crate::cache::names::is_cache_stream(name) {
             return Err(err(
                 codes::INVALID_ARGUMENT,
                 "invalid_argument",
                 format!(
                     "stream names starting {:?} are the caches' own",
-                    crate::cache::CACHE_STREAM_PREFIX
+                    crate::cache::names::CACHE_STREAM_PREFIX
                 ),
             ));
         }
@@ -285,7 +285,7 @@ impl Broker {
                 .values()
                 // A cache's stream is listed as a cache (`cache list`), not as a stream.
                 .filter(|s| s.tenant == tenant && s.namespace == namespace)
-                .filter(|s| !crate::cache::is_cache_stream(&s.name))
+                .filter(|s| !crate::cache::names::is_cache_stream(&s.name))
                 .map(|s| (s.name.clone(), s.version, s.settings.clone()))
                 .collect()
         };
@@ -361,7 +361,7 @@ impl Broker {
             .values()
             .filter(|s| s.tenant == tenant && s.namespace == namespace)
             // Caches' streams are not topics a Kafka client lists.
-            .filter(|s| !crate::cache::is_cache_stream(&s.name))
+            .filter(|s| !crate::cache::names::is_cache_stream(&s.name))
             .map(|s| StreamShape {
                 name: s.name.clone(),
                 shards: s.settings.shards,

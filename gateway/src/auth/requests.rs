@@ -114,12 +114,12 @@ pub fn check_for(request: &Request) -> Check {
             tenant,
             namespace,
             stream: name,
-        } if crate::cache::is_cache_stream(name) => Check::View(
+        } if crate::cache::names::is_cache_stream(name) => Check::View(
             Action::CacheRead,
             stream(
                 tenant,
                 namespace,
-                &name[crate::cache::CACHE_STREAM_PREFIX.len()..],
+                crate::cache::names::cache_of_stream(name).unwrap_or_default(),
             ),
         ),
         R::ListSegments {
@@ -157,7 +157,7 @@ fn cache_check(c: &CacheRequest) -> Check {
             Resource::stream(tenant, namespace, name),
         ),
         _ => Check::Action(
-            crate::cache::forward::action_of(c),
+            crate::cache::permissions::action_of(c),
             Resource::stream(tenant, namespace, name),
         ),
     }

@@ -1,5 +1,5 @@
 //! Forwarding an operation on a key to the broker that owns its shard, over the internal
-//! network (`POST /repl/cache`), and serving one forwarded here.
+//! network (`POST /repl/cache`; `requests.rs` serves one forwarded here).
 //!
 //! Decides the transport: the request travels as the client protocol's own request frame
 //! (the value as its body) and the owner answers with a response frame, so nothing is
@@ -14,29 +14,16 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use felix_meta::auth::{Action, Resource};
 use felix_wire::cache::{CacheRequest, CacheResponse};
 use felix_wire::protocol::{ErrorBody, Frame, FrameKind, Request, Response, codes};
 use http_body_util::BodyExt;
 
 use crate::broker::Broker;
 
-const TOKEN_HEADER: &str = "x-felix-token";
+/// Carries the caller's token to the owner.
+pub(crate) const TOKEN_HEADER: &str = "x-felix-token";
 /// The internal route.
 pub const ROUTE: &str = "/repl/cache";
-
-/// The action an operation needs.
-pub(crate) fn action_of(request: &CacheRequest) -> Action {
-    match request {
-        CacheRequest::Get { .. } | CacheRequest::CounterGet { .. } | CacheRequest::Watch { .. } => {
-            Action::CacheRead
-        }
-        CacheRequest::Put { .. }
-        | CacheRequest::Delete { .. }
-        | CacheRequest::CounterAdd { .. } => Action::CacheWrite,
-        _ => Action::CacheManage,
-    }
-}
 
 /// Sends `request` to the owner at `addr` and returns its answer.
 pub(crate) async fn forward(
@@ -104,64 +91,4 @@ pub(crate) async fn forward(
         Ok(other) => Err(unknown(format!("unexpected answer {other:?}"))),
         Err(e) => Err(unknown(format!("unreadable answer: {e}"))),
     }
-}
-
-/// Serves an operation another broker forwarded here: the caller's token is checked again,
-/// then it is answered as if the client had sent it here, and never forwarded again.
-pub(crate) async fn serve_forwarded(
-    broker: &Broker,
-    headers: &axum::http::HeaderMap,
-    body: Bytes,
-) -> Bytes {
-    let answer =
-        |r: &Response, body: Bytes| Bytes::from(Frame::new(FrameKind::Response, r, body).encode());
-    let refuse = |m: String| {
-        answer(
-            &Response::Error(ErrorBody::new(codes::BAD_REQUEST, "bad_request", m)),
-            Bytes::new(),
-        )
-    };
-    let frame = match Frame::decode_shared(&body, usize::MAX) {
-        Ok((f, _)) => f,
-        Err(e) => return refuse(format!("bad forwarded cache frame: {e}")),
-    };
-    let request = match frame.header::<Request>() {
-        Ok(Request::Cache(r)) => r,
-        Ok(_) => return refuse("a forwarded cache frame holds another request".into()),
-        Err(e) => return refuse(format!("bad forwarded cache request: {e}")),
-    };
-    let token = headers
-        .get(TOKEN_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let access = broker.access();
-    if access.enabled() {
-        let (t, n, c) = request.cache();
-        let resource = Resource::stream(t, n, c);
-        let action = action_of(&request);
-        let checked = match token.as_deref() {
-            Some(token) => access
-                .authenticate_cached(token)
-                .and_then(|cred| access.authorize(Some(&cred), action, &resource)),
-            None => access.authorize(None, action, &resource),
-        };
-        if let Err(error) = checked {
-            broker.metrics().auth_refused(&error.reason);
-            return answer(&Response::Error(error), Bytes::new());
-        }
-    }
-    let (response, body) =
-        super::requests::serve(broker, request, frame.body, token.as_deref(), true).await;
-    answer(&response, body)
-}
-
-/// The answer while the broker is starting: retryable, nothing done.
-pub(crate) fn starting() -> Bytes {
-    let e = ErrorBody::new(
-        codes::SHARD_UNAVAILABLE,
-        "starting",
-        "the broker is starting",
-    )
-    .retry_after(500);
-    Bytes::from(Frame::new(FrameKind::Response, &Response::Error(e), Bytes::new()).encode())
 }

@@ -7,13 +7,17 @@
 //! forwarding to a shard's owner are the streams' own. A key hashes to one shard
 //! (murmur2, as a keyed publish does); the broker leading that shard owns the key.
 //!
+//! * [`names`] — how a cache is named in the control plane (`__cache.<name>`).
+//! * `registry.rs` — the cache shards open on this broker.
+//! * `permissions.rs` — which permission each request needs.
 //! * [`state`] — a shard's entries at its owner: what a read sees, how a change applies.
 //! * [`record`] — a change as a log record (log-backed caches).
 //! * `replay.rs` — rebuilding a shard's state from its log (restart, new owner).
 //! * `ops.rs` — put, get, delete, counters and conditional writes at the owner.
 //! * `admin.rs` — create, describe, list and drop.
-//! * `requests.rs` — the QUIC requests, answered here or forwarded to the owner.
-//! * `forward.rs` — forwarding a key's operation to its owner over the internal network.
+//! * `requests.rs` — the QUIC requests (and those forwarded here), answered here or
+//!   forwarded to the owner.
+//! * `forward.rs` — sending a key's operation to its owner over the internal network.
 //! * `sweep.rs` — the once-a-second pass: expiry deletes, compaction, gauges.
 //! * `watch.rs` — watches: a stream of changes to a key or a prefix.
 //! * [`metrics`] — the cache metrics.
@@ -26,71 +30,29 @@
 pub(crate) mod admin;
 pub(crate) mod forward;
 pub mod metrics;
+pub mod names;
 pub(crate) mod ops;
+pub(crate) mod permissions;
 pub(crate) mod record;
+pub(crate) mod registry;
 pub(crate) mod replay;
 pub mod requests;
 pub(crate) mod state;
 pub mod sweep;
 pub(crate) mod watch;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
-use bytes::Bytes;
 use felix_meta::model::{Consistency, Durability, ShardKey};
-use felix_wire::cache::CacheChange;
 use felix_wire::protocol::{ErrorBody, codes};
 use tokio::sync::broadcast;
 
 use crate::broker::Broker;
 use crate::errors::err;
-use crate::shard::{Shard, shard_key};
+use crate::shard::shard_key;
+pub use names::{CACHE_STREAM_PREFIX, backing_stream, is_cache_stream};
+pub(crate) use registry::{CacheShard, Change, WATCH_BUFFER};
 use state::KvState;
-
-/// The prefix of the stream that holds a cache: a user cannot create a stream so named.
-pub const CACHE_STREAM_PREFIX: &str = "__cache.";
-
-/// The stream that holds cache `name`.
-pub fn backing_stream(name: &str) -> String {
-    format!("{CACHE_STREAM_PREFIX}{name}")
-}
-
-/// Whether a stream name is a cache's.
-pub fn is_cache_stream(name: &str) -> bool {
-    name.starts_with(CACHE_STREAM_PREFIX)
-}
-
-/// Changes a watch may fall behind by before it is ended (`watch_lagged`).
-const WATCH_BUFFER: usize = 4096;
-
-/// One change as the owner broadcasts it to the watches of the shard.
-#[derive(Debug, Clone)]
-pub(crate) struct Change {
-    pub change: CacheChange,
-    pub value: Bytes,
-}
-
-/// One cache shard this broker owns (or owned): its entries and its watchers.
-pub(crate) struct CacheShard {
-    pub key: ShardKey,
-    /// The cache's name (the stream's without the prefix), for metrics and messages.
-    pub cache: String,
-    pub shard: Arc<Shard>,
-    pub durable: bool,
-    pub quorum: bool,
-    pub state: tokio::sync::Mutex<KvState>,
-    pub changes: broadcast::Sender<Change>,
-}
-
-/// The cache shards open on this broker, and the memory the in-memory ones hold.
-#[derive(Default)]
-pub(crate) struct Caches {
-    pub open: parking_lot::Mutex<HashMap<ShardKey, Arc<CacheShard>>>,
-    /// Bytes held by in-memory caches (for `kv_memory_bytes`).
-    pub memory: AtomicU64,
-}
 
 /// Milliseconds since the Unix epoch: expiries are absolute, so they survive a restart.
 pub(crate) fn now_ms() -> u64 {

@@ -8,8 +8,9 @@
 //! is looked up or written.
 
 use bytes::Bytes;
+use felix_meta::auth::Resource;
 use felix_wire::cache::{CacheRequest, CacheResponse, MAX_KEY_BYTES, MAX_VALUE_BYTES};
-use felix_wire::protocol::{ErrorBody, Response, codes};
+use felix_wire::protocol::{ErrorBody, Frame, FrameKind, Request, Response, codes};
 
 use crate::broker::Broker;
 use crate::errors::err;
@@ -210,4 +211,63 @@ async fn on_key_here(
             request.kind()
         ))),
     }
+}
+
+/// Serves an operation another broker forwarded here: the caller's token is checked again,
+/// then it is answered as if the client had sent it here, and never forwarded again.
+pub(crate) async fn serve_forwarded(
+    broker: &Broker,
+    headers: &axum::http::HeaderMap,
+    body: Bytes,
+) -> Bytes {
+    let answer =
+        |r: &Response, body: Bytes| Bytes::from(Frame::new(FrameKind::Response, r, body).encode());
+    let refuse = |m: String| {
+        answer(
+            &Response::Error(ErrorBody::new(codes::BAD_REQUEST, "bad_request", m)),
+            Bytes::new(),
+        )
+    };
+    let frame = match Frame::decode_shared(&body, usize::MAX) {
+        Ok((f, _)) => f,
+        Err(e) => return refuse(format!("bad forwarded cache frame: {e}")),
+    };
+    let request = match frame.header::<Request>() {
+        Ok(Request::Cache(r)) => r,
+        Ok(_) => return refuse("a forwarded cache frame holds another request".into()),
+        Err(e) => return refuse(format!("bad forwarded cache request: {e}")),
+    };
+    let token = headers
+        .get(super::forward::TOKEN_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let access = broker.access();
+    if access.enabled() {
+        let (t, n, c) = request.cache();
+        let resource = Resource::stream(t, n, c);
+        let action = super::permissions::action_of(&request);
+        let checked = match token.as_deref() {
+            Some(token) => access
+                .authenticate_cached(token)
+                .and_then(|cred| access.authorize(Some(&cred), action, &resource)),
+            None => access.authorize(None, action, &resource),
+        };
+        if let Err(error) = checked {
+            broker.metrics().auth_refused(&error.reason);
+            return answer(&Response::Error(error), Bytes::new());
+        }
+    }
+    let (response, body) = serve(broker, request, frame.body, token.as_deref(), true).await;
+    answer(&response, body)
+}
+
+/// The answer while the broker is starting: retryable, nothing done.
+pub(crate) fn starting() -> Bytes {
+    let e = ErrorBody::new(
+        codes::SHARD_UNAVAILABLE,
+        "starting",
+        "the broker is starting",
+    )
+    .retry_after(500);
+    Bytes::from(Frame::new(FrameKind::Response, &Response::Error(e), Bytes::new()).encode())
 }
