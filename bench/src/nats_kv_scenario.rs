@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use anyhow::Context;
-use async_nats::jetstream::{self, kv, stream::StorageType};
+use async_nats::jetstream::{self, kv, stream, stream::StorageType};
 use bytes::Bytes;
 use clap::Args;
 use serde::Serialize;
@@ -108,15 +108,24 @@ pub fn run(args: NatsKvArgs) -> anyhow::Result<()> {
                 .await
                 .context("connect to NATS")?,
         );
-        let store = admin
-            .create_key_value(kv::Config {
-                bucket: bucket.clone(),
-                history: 1,
+        // The bucket's stream as `create_key_value` would make it, made directly: that call
+        // first asks for the account's limits, whose answer the Debian nats-server (2.9)
+        // gives in a shape this client cannot read.
+        admin
+            .create_stream(stream::Config {
+                name: format!("KV_{bucket}"),
+                subjects: vec![format!("$KV.{bucket}.>")],
+                max_messages_per_subject: 1,
                 storage: StorageType::File,
+                allow_rollup: true,
+                deny_delete: true,
+                allow_direct: true,
                 num_replicas: 1,
+                discard: stream::DiscardPolicy::New,
                 ..Default::default()
             })
             .await?;
+        let store = admin.get_key_value(&bucket).await?;
         let value = Bytes::from(vec![b'x'; args.value_bytes]);
         for i in 0..args.keys {
             store.put(key(i), value.clone()).await?;
@@ -128,7 +137,7 @@ pub fn run(args: NatsKvArgs) -> anyhow::Result<()> {
         }
         let put = phase(&stores, &args, true).await?;
         let get = phase(&stores, &args, false).await?;
-        admin.delete_key_value(&bucket).await.ok();
+        admin.delete_stream(format!("KV_{bucket}")).await.ok();
         print_line(&Report {
             scenario: "cache",
             system: "nats jetstream kv (file)",
