@@ -94,6 +94,8 @@
 #[macro_use]
 mod admin;
 #[macro_use]
+mod cache;
+#[macro_use]
 mod rbac;
 mod cluster;
 mod connection;
@@ -110,13 +112,15 @@ use std::time::Duration;
 
 use felix_wire::protocol::{DEFAULT_MAX_FRAME, Request, Response};
 
+pub use cache::{CacheEvent, CacheValue, CacheWatch, WatchTarget};
 pub use cluster::{
-    BrokerRoute, Client, ClusterClient, ClusterSubscription, GroupConsumer, GroupRecord,
-    ShardRoute, StreamSubscription, Topology,
+    BrokerRoute, Client, ClusterCacheWatch, ClusterClient, ClusterSubscription, GroupConsumer,
+    GroupRecord, ShardRoute, StreamSubscription, Topology,
 };
 pub use connection::Connection;
 pub use error::ClientError;
 pub use felix_wire::Compression;
+pub use felix_wire::cache::{CacheConfig, CacheInfo, ChangeKind, Condition};
 pub use felix_wire::groups::{GroupConfig, GroupInfo, GroupShardInfo, GroupStart};
 pub use felix_wire::protocol::{
     AckMode, ErrorBody, OidcIssuerSpec, RoleInfo, SegmentInfo, ShardInfo, StartAt, StreamConfig,
@@ -251,6 +255,7 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         Request::DeleteOidcIssuer { .. } => "DeleteOidcIssuer",
         Request::ExchangeOidcToken { .. } => "ExchangeOidcToken",
         Request::Group(_) => "Group",
+        Request::Cache(_) => "Cache",
         Request::PublishIf { .. } => "PublishIf",
     }
 }

@@ -14,6 +14,7 @@
 //! * [`crate::replication`] — leaders, followers, the quorum mark and the lease.
 //! * [`crate::ephemeral`] — ephemeral shards.
 //! * [`crate::groups`] — consumer groups: claims, acknowledgements, redelivery, dead letters.
+//! * [`crate::cache`] — the cache: keys routed to one owner, TTL, counters, watches.
 //!
 //! Invariant: every operation is checked against the local registry (the control plane's
 //! watch), so an unknown tenant, namespace, stream or shard is refused with a typed error
@@ -84,6 +85,8 @@ pub struct Broker {
     pub(crate) access: crate::auth::AccessControl,
     /// The group journals of the shards this broker leads (`crate::groups`).
     pub(crate) groups: crate::groups::registry::Groups,
+    /// The cache shards this broker owns (`crate::cache`).
+    pub(crate) caches: crate::cache::registry::Caches,
 }
 
 impl Broker {
@@ -139,6 +142,7 @@ impl Broker {
             next_sub_id: AtomicU64::new(1),
             access,
             groups: Default::default(),
+            caches: Default::default(),
         });
         // A single node renews too, so the control plane's view of it stays alive.
         let every = Duration::from_millis((config.lease_ms / 4).max(50));

@@ -1,8 +1,9 @@
 //! The routes a broker serves to other brokers on its internal address, next to the control
 //! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader),
 //! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard),
-//! `POST /repl/segment` (a range of records for a replica rewriting a damaged segment) and
-//! `POST /repl/groups` (a copy of a shard's group journal, `crate::groups::copy`).
+//! `POST /repl/segment` (a range of records for a replica rewriting a damaged segment),
+//! `POST /repl/groups` (a copy of a shard's group journal, `crate::groups::copy`) and
+//! `POST /repl/cache` (a cache operation forwarded to the key's owner).
 //!
 //! Invariant: until the broker has started, every route refuses with a retryable error;
 //! nothing here decides anything the client protocol does not decide the same way. Who may
@@ -33,6 +34,7 @@ pub fn router(slot: BrokerSlot) -> axum::Router {
         .route("/repl/publish", post(forwarded_publish))
         .route("/repl/segment", post(segment))
         .route(crate::groups::copy::PATH, post(crate::groups::copy::serve))
+        .route(crate::cache::forward::ROUTE, post(forwarded_cache))
         .with_state(slot)
 }
 
@@ -52,6 +54,18 @@ async fn forwarded_publish(
         });
     };
     Json(serve_forwarded_publish(&broker, &headers, body).await)
+}
+
+/// A cache operation forwarded by a broker that does not own the key (`cache::forward`).
+async fn forwarded_cache(
+    State(slot): State<BrokerSlot>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Bytes {
+    match slot.get().and_then(Weak::upgrade) {
+        Some(broker) => crate::cache::requests::serve_forwarded(&broker, &headers, body).await,
+        None => crate::cache::requests::starting(),
+    }
 }
 
 async fn fetch(

@@ -12,6 +12,7 @@
 //! * [`fencing`] — `publish_if`: a publish written only at the expected offset.
 //! * [`forward`] — a publish sent on to the shard's leader.
 //! * [`groups`] — consumer groups: claims, acknowledgements, redelivery, dead letters.
+//! * [`cache`] — the cache: keys routed to one owner, TTL, counters, watches, compaction.
 //! * [`fanout`] — live delivery, per-subscriber queues, drops and `subscription_lagged`.
 //! * [`subscription`] — catch-up from history, then live.
 //! * [`pull`] — pull reads of a durable shard (the Kafka fetch path).
@@ -46,6 +47,7 @@ pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod broker;
+pub mod cache;
 pub mod cluster_secret;
 pub mod config;
 pub mod corruption;

@@ -104,6 +104,8 @@ pub struct Metrics {
     pub groups: crate::groups::metrics::GroupMetrics,
     /// Cold read-ahead (`metrics/cold_read.rs`).
     pub cold_read: cold_read::ColdReadMetrics,
+    /// The cache (`cache/metrics.rs`).
+    pub cache: crate::cache::metrics::CacheMetrics,
 }
 
 impl Default for Metrics {
@@ -157,6 +159,7 @@ impl Metrics {
             tier_store_puts: Counter::default(),
             groups: Default::default(),
             cold_read: Default::default(),
+            cache: Default::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
@@ -348,6 +351,7 @@ impl Metrics {
         // first event at 1 is invisible to it).
         m.groups.register(&mut registry);
         m.cold_read.register(&mut registry);
+        m.cache.register(&mut registry);
         for listener in ["quic", "kafka"] {
             let _ = m.connections_refused.get_or_create(&ListenerLabel {
                 listener: listener.to_owned(),

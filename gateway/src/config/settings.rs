@@ -231,6 +231,14 @@ settings! {
     #[arg(env = "FELIX_CACHE_DISK_BYTES", value_name = "BYTES")]
     cache_disk_bytes: u64 = 1024 * MIB as u64;
 
+    /// Memory the in-memory caches of this broker may hold (keys and values of the shards it
+    /// owns); past it a put evicts other entries of its shard, best-effort and in no
+    /// guaranteed order. Log-backed caches do not count: they compact instead.
+    ///
+    /// Default: `268435456` (256 MiB)
+    #[arg(env = "FELIX_KV_MEMORY_BYTES", value_name = "BYTES")]
+    kv_memory_bytes: u64 = 256 * MIB as u64, at_least_one;
+
     /// Row groups a sequential cold reader fetches ahead (also across objects), at least:
     /// more when the store's measured GET time calls for it (docs/tiering.md); `0` turns
     /// read-ahead off.
