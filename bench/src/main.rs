@@ -46,6 +46,7 @@ mod log_scenario;
 mod meta_scenario;
 #[cfg(feature = "nats")]
 mod nats_groups_scenario;
+#[cfg(feature = "nats")]
 mod nats_kv_scenario;
 #[cfg(feature = "nats")]
 mod nats_scenario;
@@ -116,6 +117,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsGroups(args) => nats_groups_scenario::run(args),
+        #[cfg(feature = "nats")]
         Scenario::NatsKv(args) => nats_kv_scenario::run(args),
     }
 }
