@@ -22,8 +22,8 @@
 //! the broker that leads it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -70,6 +70,9 @@ pub struct ShardRead {
     pub earliest: u64,
     pub high_watermark: u64,
 }
+
+/// The broker behind the internal routes, set once it has started.
+pub type BrokerSlot = Arc<OnceLock<Weak<Broker>>>;
 
 /// The broker's state.
 pub struct Broker {

@@ -10,7 +10,7 @@
 //! call them is decided before these handlers run: with a cluster secret, the control
 //! plane's server refuses unsigned requests (`felix_meta::network::require_signed`).
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Weak;
 
 use axum::Json;
 use axum::extract::State;
@@ -18,14 +18,12 @@ use axum::routing::post;
 use bytes::Bytes;
 use felix_wire::protocol::{ErrorBody, codes};
 
-use crate::broker::Broker;
 use crate::forward::{ForwardedAnswer, serve_forwarded_publish};
 use crate::replication::leader::serve_fetch;
 use crate::replication::segment_copy::{self, SegmentCopyRequest};
 use crate::replication::transport::{FetchError, FetchRequest};
 
-/// The broker behind the internal routes, set once it has started.
-pub type BrokerSlot = Arc<OnceLock<Weak<Broker>>>;
+pub use crate::broker::BrokerSlot;
 
 /// Routes served on the internal address next to the control plane's.
 pub fn router(slot: BrokerSlot) -> axum::Router {

@@ -55,7 +55,7 @@ pub(crate) fn open_segments(dir: &Path, cfg: &LogConfig) -> Result<Recovered, Lo
             {
                 bases.push(base);
             }
-        } else if name.ends_with(".index.tmp") || name.ends_with(crate::repair::REPAIR_SUFFIX) {
+        } else if name.ends_with(".index.tmp") || name.ends_with(crate::segment::REPAIR_SUFFIX) {
             // An index write or a segment repair interrupted by a crash; the segment's index
             // is rebuilt if needed, and a repair not renamed into place never happened.
             let _ = std::fs::remove_file(entry.path());

@@ -24,10 +24,7 @@ use felix_wire::WireError;
 use crate::error::LogError;
 use crate::log::ShardLog;
 use crate::recovery::scan;
-use crate::segment::{Segment, io_err, sync_dir, write_index_file};
-
-/// Suffix of a replacement being written; recovery removes one left by a crash.
-pub(crate) const REPAIR_SUFFIX: &str = ".log.repair";
+use crate::segment::{REPAIR_SUFFIX, Segment, io_err, sync_dir, write_index_file};
 
 /// What a repair replaced.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,6 +22,10 @@ use parking_lot::RwLock;
 
 use crate::error::LogError;
 
+/// Suffix of a repaired segment being written (`repair.rs`); recovery removes one left by
+/// a crash.
+pub(crate) const REPAIR_SUFFIX: &str = ".log.repair";
+
 /// File name of the segment whose first offset is `base`.
 pub(crate) fn log_file_name(base: u64) -> String {
     format!("{base:020}.log")

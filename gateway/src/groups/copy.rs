@@ -27,7 +27,7 @@ use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 
 use super::journal;
-use crate::internal::BrokerSlot;
+use crate::broker::BrokerSlot;
 use crate::replication::transport::PeerClient;
 
 /// The internal route.

@@ -17,21 +17,10 @@ use felix_meta::model::ShardKey;
 use tracing::{debug, warn};
 
 use super::copy::{self, CopyError};
+pub(crate) use super::replica_state::Following;
 use crate::broker::Broker;
 use crate::replication::role::Role;
 use crate::shard::Shard;
-
-/// A running copy loop and the role it was started for.
-pub(crate) struct Following {
-    role: Role,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Following {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
 
 impl Broker {
     /// Starts or stops the copy loop of `shard`'s journal to match this broker's role.

@@ -39,6 +39,7 @@ pub(crate) mod poll;
 pub(crate) mod recover;
 pub(crate) mod registry;
 pub(crate) mod replica;
+pub(crate) mod replica_state;
 pub mod requests;
 pub mod sweep;
 

@@ -11,9 +11,8 @@ use felix_meta::model::{Group, ShardKey};
 use felix_wire::protocol::{ErrorBody, codes};
 
 use super::cursor::{Cursor, Event};
-use super::follow::Following;
 use super::journal;
-use super::replica::{JournalLog, JournalMark, Replication};
+use super::replica_state::{Following, JournalLog, JournalMark, Replication};
 use crate::errors::log_error;
 use crate::shard::Shard;
 
