@@ -337,6 +337,7 @@ async fn register_broker(config: &BrokerConfig, meta: &MetaHandle) -> anyhow::Re
             internal_addr,
             zone: None,
             alive: true,
+            draining: false,
         },
     };
     let mut attempt = 0;

@@ -179,6 +179,9 @@ pub(crate) fn plan(state: &MetaState, lease_view: &dyn Fn(u64) -> LeaseView) -> 
             )),
         }
     }
+    // Planned moves last: a failover above decides first where a leader is dead.
+    plan.commands
+        .extend(crate::drain::plan_moves(state, &alive));
     plan
 }
 
@@ -254,6 +257,12 @@ pub(crate) fn spawn(handle: MetaHandle, mut stop: watch::Receiver<bool>) -> Join
                         }
                         Command::SetPlacement { shard, leader, .. } => {
                             info!(%shard, leader = ?leader, "shard leader assigned");
+                        }
+                        Command::StartMove { shard, from, to } => {
+                            info!(%shard, from, to, "draining: shard move started");
+                        }
+                        Command::CancelMove { shard } => {
+                            warn!(%shard, "shard move rolled back: its destination is down");
                         }
                         _ => {}
                     },

@@ -15,9 +15,12 @@
 //! * [`faults`] — cutting a node off the internal network, for cluster tests.
 //! * [`controller`] — failover: on the meta leader, marks brokers whose lease lapsed dead,
 //!   places unplaced shards and promotes a new shard leader when one dies.
+//! * [`drain`] — the moves the controller starts itself: off draining brokers, and rolling
+//!   back moves whose destination died.
 
 pub mod auth;
 pub mod controller;
+pub mod drain;
 pub mod faults;
 pub mod handle;
 pub mod lease;

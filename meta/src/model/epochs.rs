@@ -90,6 +90,7 @@ impl MetaState {
             leader: None,
             generation: 0,
             epochs: Vec::new(),
+            moving: None,
         });
         if new_leader.is_some() {
             entry.generation += 1;
