@@ -95,6 +95,8 @@
 mod admin;
 #[macro_use]
 mod rbac;
+#[macro_use]
+mod moves;
 mod cluster;
 mod connection;
 mod error;
@@ -118,6 +120,7 @@ pub use connection::Connection;
 pub use error::ClientError;
 pub use felix_wire::Compression;
 pub use felix_wire::groups::{GroupConfig, GroupInfo, GroupShardInfo, GroupStart};
+pub use felix_wire::moves::{BrokerInfo, ClusterRequest, ClusterResponse, MoveInfo};
 pub use felix_wire::protocol::{
     AckMode, ErrorBody, OidcIssuerSpec, RoleInfo, SegmentInfo, ShardInfo, StartAt, StreamConfig,
     StreamInfo, codes, features,
@@ -251,6 +254,7 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         Request::DeleteOidcIssuer { .. } => "DeleteOidcIssuer",
         Request::ExchangeOidcToken { .. } => "ExchangeOidcToken",
         Request::Group(_) => "Group",
+        Request::Cluster(_) => "Cluster",
         Request::PublishIf { .. } => "PublishIf",
     }
 }

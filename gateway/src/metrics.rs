@@ -101,6 +101,8 @@ pub struct Metrics {
     pub tier_store_puts: Counter,
     /// Consumer groups (`groups/metrics.rs`).
     pub groups: crate::groups::metrics::GroupMetrics,
+    /// Shard moves (`moves/metrics.rs`).
+    pub moves: crate::moves::metrics::MoveMetrics,
 }
 
 impl Default for Metrics {
@@ -153,6 +155,7 @@ impl Metrics {
             tier_store_get_bytes: Counter::default(),
             tier_store_puts: Counter::default(),
             groups: Default::default(),
+            moves: Default::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
@@ -343,6 +346,7 @@ impl Metrics {
         // the first event of each kind shows in `increase()` (a series that appears with its
         // first event at 1 is invisible to it).
         m.groups.register(&mut registry);
+        m.moves.register(&mut registry);
         for listener in ["quic", "kafka"] {
             let _ = m.connections_refused.get_or_create(&ListenerLabel {
                 listener: listener.to_owned(),

@@ -539,6 +539,10 @@ async fn handle_stream(
             },
             Err(e) => Response::Error(e),
         },
+        Request::Cluster(request) => match crate::moves::admin::serve(&broker, request).await {
+            Ok(answer) => Response::Cluster(answer),
+            Err(e) => Response::Error(e),
+        },
         Request::Group(request) => {
             // A client that goes away ends its parked poll (which then claims nothing);
             // a poll's answer carries its records as a body.

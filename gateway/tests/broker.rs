@@ -32,6 +32,7 @@ mod broker {
     mod kafka_clients;
     mod leases;
     mod limits;
+    mod moves;
     mod oidc;
     mod ordering;
     mod quotas;

@@ -463,6 +463,8 @@ pub enum Request {
     },
     /// A consumer-group request ([`crate::groups`]).
     Group(crate::groups::GroupRequest),
+    /// A cluster operation ([`crate::moves`]).
+    Cluster(crate::moves::ClusterRequest),
 }
 
 /// A response: the header of a `Response` frame.
@@ -522,6 +524,8 @@ pub enum Response {
     },
     /// The answer to a consumer-group request ([`crate::groups`]).
     Group(crate::groups::GroupResponse),
+    /// The answer to a cluster operation ([`crate::moves`]).
+    Cluster(crate::moves::ClusterResponse),
     Error(ErrorBody),
 }
 
@@ -651,6 +655,14 @@ pub mod codes {
     /// `publish_if` or a group `commit` found another offset than expected (reason
     /// `expected_offset_mismatch`); `next_offset` carries the actual one. Nothing written.
     pub const EXPECTED_OFFSET_MISMATCH: u16 = 28;
+    // 29–52 are other issues' codes.
+    /// A subscription ended because its shard moved to another broker (reason
+    /// `shard_moved`): everything committed before the hand-over was delivered; `leader`
+    /// and `leader_addr` name the new owner, where it resumes. Retryable there.
+    pub const SHARD_MOVED: u16 = 53;
+    /// A shard move was refused because another move of the shard is under way (reason
+    /// `move_in_progress`); nothing changed. Retry once it finished.
+    pub const MOVE_IN_PROGRESS: u16 = 54;
 }
 
 impl ErrorBody {

@@ -172,6 +172,14 @@ pub(crate) async fn lead(node: Weak<Node>, shard: Arc<Shard>, generation: u64, r
             _ => {}
         }
         if matches!(&*repl.role.borrow(), Role::Leader { .. }) {
+            crate::moves::handover::advance(&node, &b, &shard, generation);
+            // A move changes the replica set without a new generation: count the new one.
+            let replicas = repl
+                .placement
+                .borrow()
+                .as_ref()
+                .filter(|p| p.generation == generation)
+                .map_or_else(|| replicas.clone(), |p| p.replicas.clone());
             let end = log.committed_offset();
             if b.is_quorum(&shard.key) {
                 let ends = repl.mark.ends(b.broker_id(), end);

@@ -11,6 +11,7 @@
 
 mod args;
 mod auth;
+mod cluster;
 mod groups;
 mod oidc;
 mod output;
@@ -105,6 +106,8 @@ async fn run(mut cli: Cli) -> anyhow::Result<u8> {
         Command::Role(cmd) => auth::role_command(&client, cmd).await?,
         Command::Key(cmd) => auth::key_command(&client, cmd).await?,
         Command::Oidc(cmd) => oidc::oidc_command(&client, cmd).await?,
+        Command::Broker(cmd) => cluster::broker_command(&client, cmd).await?,
+        Command::Shard(cmd) => cluster::shard_command(&client, cmd).await?,
         Command::Login(_) => unreachable!("login is run before a token is resolved"),
         Command::Segments {
             path: (t, ns, s),
