@@ -48,6 +48,20 @@ macro_rules! cluster_requests {
             }
         }
 
+        /// The moves that would even out leaders, then replicas, over the live brokers
+        /// (each `planned`; nothing is moved).
+        pub async fn plan_rebalance(&self) -> Result<Vec<$crate::MoveInfo>, $crate::ClientError> {
+            match self
+                .cluster($crate::ClusterRequest::PlanRebalance {}, true)
+                .await?
+            {
+                $crate::ClusterResponse::Moves { moves } => Ok(moves),
+                other => Err($crate::ClientError::Protocol(format!(
+                    "unexpected answer to PlanRebalance: {other:?}"
+                ))),
+            }
+        }
+
         /// Starts draining broker `id` (or stops, with `draining` false): its shards move
         /// to the other brokers, a few at a time.
         pub async fn set_draining(

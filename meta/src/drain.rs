@@ -5,6 +5,10 @@
 //!
 //! * a move whose destination is dead is cancelled (rolled back before its hand-over; the
 //!   source still holds everything), unless the destination leads already;
+//! * every follower replica on a broker dead for longer than the replace delay
+//!   (`replace`) is moved to a live broker, so the cluster returns to full replication
+//!   without a person (a Leader stream's shard the dead broker leads stays: only it holds
+//!   what it acknowledged);
 //! * every replica on a draining broker is moved to the live, non-draining broker that
 //!   holds the fewest replicas and none of that shard, at most [`MAX_MOVES`] moves at a
 //!   time across the cluster, so a drain does not flood the leaders with catch-up reads.
@@ -20,7 +24,11 @@ use crate::model::{Command, MetaState};
 pub const MAX_MOVES: usize = 4;
 
 /// The moves to start or cancel now (see the module's top).
-pub fn plan_moves(state: &MetaState, alive: &BTreeSet<u64>) -> Vec<Command> {
+pub fn plan_moves(
+    state: &MetaState,
+    alive: &BTreeSet<u64>,
+    replace: &BTreeSet<u64>,
+) -> Vec<Command> {
     let mut commands = Vec::new();
     let mut under_way = 0;
     for (key, p) in &state.placements {
@@ -34,7 +42,7 @@ pub fn plan_moves(state: &MetaState, alive: &BTreeSet<u64>) -> Vec<Command> {
     let draining: BTreeSet<u64> = state
         .brokers
         .values()
-        .filter(|b| b.draining)
+        .filter(|b| b.draining || (replace.contains(&b.id) && !alive.contains(&b.id)))
         .map(|b| b.id)
         .collect();
     if draining.is_empty() || under_way >= MAX_MOVES {
@@ -58,7 +66,7 @@ pub fn plan_moves(state: &MetaState, alive: &BTreeSet<u64>) -> Vec<Command> {
         let Some(&from) = p.replicas.iter().find(|b| draining.contains(b)) else {
             continue;
         };
-        // A draining leader must be alive to hand its shard over.
+        // A leader must be alive to hand its shard over.
         if p.leader == Some(from) && !alive.contains(&from) {
             continue;
         }

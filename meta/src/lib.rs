@@ -17,6 +17,7 @@
 //!   places unplaced shards and promotes a new shard leader when one dies.
 //! * [`drain`] — the moves the controller starts itself: off draining brokers, and rolling
 //!   back moves whose destination died.
+//! * [`rebalance`] — the moves that even out leaders and replicas over the live brokers.
 
 pub mod auth;
 pub mod controller;
@@ -28,6 +29,7 @@ pub mod log_store;
 pub mod model;
 pub mod network;
 pub mod node;
+pub mod rebalance;
 pub mod state_machine;
 pub mod types;
 

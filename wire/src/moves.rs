@@ -33,6 +33,9 @@ pub enum ClusterRequest {
     },
     /// The moves under way.
     ListMoves {},
+    /// The moves that would even out leaders, then replicas, over the live brokers
+    /// (answered `Moves`, each `planned`); nothing is moved.
+    PlanRebalance {},
 }
 
 /// The answer to a [`ClusterRequest`].
@@ -79,6 +82,6 @@ pub struct MoveInfo {
     pub from: u64,
     pub to: u64,
     /// `catching_up` (the destination copies the log), `handed_over` (the destination
-    /// leads; the source leaves next).
+    /// leads; the source leaves next), or `planned` (a rebalance plan's move, not started).
     pub phase: String,
 }

@@ -29,6 +29,22 @@ pub(crate) async fn serve(
         ClusterRequest::ListMoves {} => Ok(ClusterResponse::Moves {
             moves: node.meta.local(moves),
         }),
+        ClusterRequest::PlanRebalance {} => Ok(ClusterResponse::Moves {
+            moves: node
+                .meta
+                .local(felix_meta::rebalance::plan_rebalance)
+                .into_iter()
+                .map(|m| MoveInfo {
+                    tenant: m.shard.tenant,
+                    namespace: m.shard.namespace,
+                    stream: m.shard.stream,
+                    shard: m.shard.shard,
+                    from: m.from,
+                    to: m.to,
+                    phase: "planned".to_owned(),
+                })
+                .collect(),
+        }),
         ClusterRequest::DrainBroker { id } | ClusterRequest::UndrainBroker { id } => {
             let draining = matches!(request, ClusterRequest::DrainBroker { .. });
             if draining && !node.cluster {

@@ -1,4 +1,4 @@
-//! Shard moves on four real `felix` processes (the "Must hold"), one cluster running
+//! Shard moves on five real `felix` processes (the "Must hold"), one cluster running
 //! the scenarios in sequence while three publishers write to a Quorum and a Leader stream
 //! through the cluster client and a subscriber reads each:
 //!
@@ -9,6 +9,10 @@
 //! 2. A move whose destination is SIGKILLed mid-way is rolled back (or completes).
 //! 3. A move whose source (the leader) is SIGKILLed mid-way completes on the promoted
 //!    replica.
+//! 4. A follower killed and left dead past `FELIX_REPLICA_REPLACE_AFTER_MS` has its replica
+//!    rebuilt on another broker; a second follower is then killed and Quorum writes go on.
+//! 5. `felixctl cluster rebalance` spreads leaders onto an emptied broker within one.
+//! 6. A confluent-kafka producer and consumer run through a move.
 //!
 //! Afterwards every acknowledged record is read back at its offset, none twice, and each
 //! subscriber saw every offset exactly once.
@@ -22,7 +26,7 @@ use felix_client::{ClusterClient, Connection, Message, StartAt, StreamConfig};
 use tokio::sync::Mutex;
 
 use super::cluster::{Cluster, create_stream, read_all};
-use super::common::PATIENCE;
+use super::common::{PATIENCE, metric_lines, metric_value};
 use super::felixctl::run;
 
 const QUORUM: &str = "moving-q";
@@ -51,7 +55,8 @@ struct Load {
     /// Set while a broker is killed on purpose: failures then are expected.
     killing: Arc<AtomicBool>,
     stop: tokio::sync::watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    publishers: Vec<tokio::task::JoinHandle<()>>,
+    subscribers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Load {
@@ -63,7 +68,8 @@ impl Load {
             seen: BTreeMap::new(),
             killing: killing.clone(),
             stop,
-            tasks: Vec::new(),
+            publishers: Vec::new(),
+            subscribers: Vec::new(),
         };
         for stream in [QUORUM, LEADER] {
             let ledger = Arc::new(Mutex::new(Ledger::default()));
@@ -74,14 +80,9 @@ impl Load {
                 .subscribe_shard("t", "ns", stream, 0, StartAt::Earliest)
                 .await
                 .expect("subscribe");
-            let mut stop = stop_rx.clone();
-            load.tasks.push(tokio::spawn(async move {
+            load.subscribers.push(tokio::spawn(async move {
                 loop {
-                    let ev = tokio::select! {
-                        ev = sub.next_event() => ev,
-                        _ = stop.wait_for(|s| *s) => return,
-                    };
-                    match ev {
+                    match sub.next_event().await {
                         Ok(Some(e)) => seen
                             .lock()
                             .await
@@ -94,7 +95,7 @@ impl Load {
         for p in 0..3 {
             let (client, stop, killing) = (client.clone(), stop_rx.clone(), killing.clone());
             let ledgers = load.ledgers.clone();
-            load.tasks.push(tokio::spawn(async move {
+            load.publishers.push(tokio::spawn(async move {
                 for i in 0.. {
                     if *stop.borrow() {
                         return;
@@ -119,7 +120,9 @@ impl Load {
                             }
                         }
                     }
-                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    // About 150 publishes a second per stream: enough to meet every fence,
+                    // light enough for five debug brokers on a shared two-core machine.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }));
         }
@@ -132,7 +135,11 @@ impl Load {
 
     /// Waits until `n` more publishes of each stream were acknowledged.
     async fn progress(&self, n: usize, what: &str) {
-        for stream in [QUORUM, LEADER] {
+        self.progress_of(&[QUORUM, LEADER], n, what).await
+    }
+
+    async fn progress_of(&self, streams: &[&str], n: usize, what: &str) {
+        for &stream in streams {
             let target = self.acked(stream).await + n;
             let deadline = tokio::time::Instant::now() + PATIENCE;
             while self.acked(stream).await < target {
@@ -190,7 +197,9 @@ async fn moves_settle(conn: &Connection, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shard_moves_and_drains_hold_publishes_and_lose_nothing() {
-    let mut cluster = Cluster::start(4).await;
+    // Five brokers: the control plane keeps its majority with two of them killed.
+    let mut cluster =
+        Cluster::start_with(5, 1500, &[("FELIX_REPLICA_REPLACE_AFTER_MS", "3000")]).await;
     let client = cluster.client(Duration::from_secs(30)).await;
     create_stream(&client, QUORUM, "quorum", StreamConfig::default()).await;
     create_stream(&client, LEADER, "leader", StreamConfig::default()).await;
@@ -251,6 +260,40 @@ async fn shard_moves_and_drains_hold_publishes_and_lose_nothing() {
         "planned moves refused or failed publishes: {refused:?}"
     );
 
+    // Held, not refused: no broker refused a publish as `moving`, and each hand-over was
+    // counted by the broker that made it.
+    let (mut refused_moving, mut handovers, mut held, mut held_secs) = (0.0, 0.0, 0.0, 0.0);
+    for b in &cluster.brokers {
+        let text = b.metrics().await;
+        refused_moving += metric_lines(&text, "felix_publish_errors_total")
+            .iter()
+            .filter(|l| l.contains("reason=\"moving\""))
+            .map(|l| metric_value(l))
+            .sum::<f64>();
+        let sum = |name: &str| {
+            metric_lines(&text, name)
+                .iter()
+                .map(|l| metric_value(l))
+                .sum::<f64>()
+        };
+        handovers += sum("felix_shard_move_handovers_total");
+        held += sum("felix_shard_move_hold_seconds_count");
+        held_secs += sum("felix_shard_move_hold_seconds_sum");
+    }
+    assert_eq!(refused_moving, 0.0, "publishes refused as moving");
+    assert!(
+        handovers >= 3.0,
+        "two moves and a drain hand over at least 3 leaderships: {handovers}"
+    );
+    eprintln!(
+        "planned moves: {handovers} hand-overs, {held} publishes held, {:.1} ms held on average",
+        if held > 0.0 {
+            held_secs * 1000.0 / held
+        } else {
+            0.0
+        }
+    );
+
     // 2. The destination dies mid-move: rolled back (or done), nothing lost.
     run(&cluster.brokers[0], &["broker", "undrain", &id], b"").await;
     let (outside, _) = placement(&client, QUORUM).await;
@@ -275,20 +318,185 @@ async fn shard_moves_and_drains_hold_publishes_and_lose_nothing() {
     cluster.node(source).kill();
     moves_settle(&conn, "source killed").await;
     cluster.node(source).restart().await;
-    load.killing.store(false, Ordering::Release);
     load.progress(50, "after the source died").await;
+
+    // 4. A follower of the Quorum stream stays dead past the replace delay: its replica is
+    //    rebuilt elsewhere, so a second follower can then die and Quorum writes go on.
+    let (_, leader) = placement(&client, QUORUM).await;
+    let leader = leader.expect("a leader");
+    let replicas = client.topology("t", "ns", QUORUM).await.expect("topology");
+    let replicas = replicas.shard(0).expect("shard 0").replicas.clone();
+    let first = *replicas.iter().find(|b| **b != leader).expect("a follower");
+    cluster.node(first).kill();
+    let conn = cluster.node(leader).client().await;
+    // The replace delay (3 s) after the lease lapses (1.5 s), then a catch-up: allow for a
+    // loaded machine, where the control plane itself may stall for seconds.
+    let deadline = tokio::time::Instant::now() + 2 * PATIENCE;
+    loop {
+        let t = client.topology("t", "ns", QUORUM).await.expect("topology");
+        let r = &t.shard(0).expect("shard 0").replicas;
+        if !r.contains(&first)
+            && r.len() == 3
+            && conn.list_moves().await.is_ok_and(|m| m.is_empty())
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker {first}'s replica was not rebuilt: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let t = client.topology("t", "ns", QUORUM).await.expect("topology");
+    let route = t.shard(0).expect("shard 0").clone();
+    let second = *route
+        .replicas
+        .iter()
+        .find(|b| Some(**b) != route.leader)
+        .expect("a follower");
+    cluster.node(second).kill();
+    load.progress_of(&[QUORUM], 100, "two brokers dead, one replica rebuilt")
+        .await;
+    cluster.node(first).restart().await;
+    cluster.node(second).restart().await;
+    load.killing.store(false, Ordering::Release);
+    load.progress(50, "everyone back").await;
+
+    // 5. Rebalance onto an empty broker: one drained, then given back, while a 10-shard
+    //    stream was created (so it holds none of it), gets its share of leaders.
+    let empty = "5";
+    run(&cluster.brokers[0], &["broker", "drain", empty], b"").await;
+    let spread = StreamConfig {
+        durable: Some(true),
+        shards: Some(10),
+        replicas: Some(3),
+        consistency: Some("quorum".into()),
+        ..StreamConfig::default()
+    };
+    client
+        .create_stream("t", "ns", "spread", spread)
+        .await
+        .expect("create a 10-shard stream");
+    run(&cluster.brokers[0], &["broker", "undrain", empty], b"").await;
+    let out = run(&cluster.brokers[0], &["cluster", "rebalance"], b"").await;
+    assert!(out.stdout.contains("moves planned"), "{}", out.stdout);
+    let list = run(
+        &cluster.brokers[0],
+        &["broker", "list", "--output", "json"],
+        b"",
+    )
+    .await;
+    let brokers: Vec<serde_json::Value> = serde_json::from_str(&list.stdout).expect("json");
+    let leaders: Vec<u64> = brokers
+        .iter()
+        .map(|b| b["leaders"].as_u64().expect("leaders"))
+        .collect();
+    let (most, least) = (leaders.iter().max().unwrap(), leaders.iter().min().unwrap());
+    assert!(
+        most - least <= 1,
+        "leaders within one of even after the rebalance: {leaders:?}"
+    );
+    load.progress(50, "after the rebalance").await;
+
+    // 6. Kafka: a confluent-kafka producer and consumer run through a move of their
+    //    partition's leadership; every message is delivered and read once.
+    let topic = "kafka-moving";
+    client
+        .create_stream(
+            "default",
+            "default",
+            topic,
+            StreamConfig {
+                durable: Some(true),
+                shards: Some(1),
+                replicas: Some(3),
+                consistency: Some("quorum".into()),
+                ..StreamConfig::default()
+            },
+        )
+        .await
+        .expect("create the topic");
+    let t = client
+        .topology("default", "default", topic)
+        .await
+        .expect("topology");
+    let route = t.shard(0).expect("partition 0").clone();
+    let to = t
+        .brokers
+        .iter()
+        .map(|b| b.id)
+        .find(|b| !route.replicas.contains(b))
+        .expect("a broker outside the partition's replicas");
+    let bootstrap = cluster
+        .brokers
+        .iter()
+        .map(|b| b.kafka_addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let kafka = tokio::spawn(async move {
+        super::kafka::python_script("kafka_move.py", &[&bootstrap, topic, "8"]).await
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let to_arg = to.to_string();
+    let path = format!("default/default/{topic}");
+    run(
+        &cluster.brokers[0],
+        &["shard", "move", &path, "0", "--to", &to_arg],
+        b"",
+    )
+    .await;
+    let report = kafka.await.expect("the Kafka clients");
+    eprintln!("Kafka through a move: {report}");
+    assert_eq!(report["failed"], serde_json::json!([]), "{report}");
+    assert_eq!(report["delivered"], report["sent"], "{report}");
+    assert_eq!(report["never_read"], serde_json::json!([]), "{report}");
+    assert_eq!(report["read_twice"], 0, "{report}");
+    let now = client
+        .topology("default", "default", topic)
+        .await
+        .expect("topology")
+        .shard(0)
+        .and_then(|r| r.leader);
+    assert_eq!(
+        now,
+        Some(to),
+        "the partition is led by broker {to} after the move"
+    );
 
     // Stop, then audit every stream: each acknowledged record at its offset, none twice,
     // and the subscriber saw each offset once.
     load.stop.send(true).expect("stop");
     let ledgers = load.ledgers.clone();
     let seen = load.seen.clone();
-    for t in load.tasks {
-        t.await.expect("load task");
+    for t in load.publishers {
+        t.await.expect("publisher task");
+    }
+    let mut ends = BTreeMap::new();
+    for stream in [QUORUM, LEADER] {
+        let ledger = ledgers[stream].lock().await;
+        ends.insert(
+            stream,
+            ledger.acked.values().max().copied().unwrap_or(0) + 1,
+        );
+    }
+    // Each subscriber reads up to its stream's last acknowledged offset.
+    for stream in [QUORUM, LEADER] {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while seen[stream].lock().await.len() < ends[stream] as usize {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{stream}: the subscriber did not reach offset {}",
+                ends[stream]
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    for t in load.subscribers {
+        t.abort();
     }
     for stream in [QUORUM, LEADER] {
         let ledger = ledgers[stream].lock().await;
-        let end = ledger.acked.values().max().copied().unwrap_or(0) + 1;
+        let end = ends[stream];
         let records = read_all(&client, stream, end).await;
         let uncertain = ledger.uncertain();
         let mut ids = HashSet::new();

@@ -147,9 +147,11 @@ impl MetaState {
             start_offset: end,
         });
         let generation = p.generation;
+        // Unlike a failover, the in-sync set stays: every replica in it holds the whole old
+        // log up to `end`, where the new generation starts, so if the new leader dies before
+        // its first report, failover can still promote one of them.
         if let Some(r) = self.replication.get_mut(shard) {
             r.generation = generation;
-            r.in_sync = [to].into();
         }
         Ok(Applied::Generation { generation })
     }

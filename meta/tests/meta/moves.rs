@@ -164,6 +164,12 @@ fn a_leader_move_adds_hands_over_at_the_fence_then_removes_the_old_replica() {
         Some(100),
         "the new generation starts at the fence"
     );
+    let r = s.replication[&k].clone();
+    assert_eq!(r.generation, p2.generation);
+    assert!(
+        r.in_sync.contains(&from) && r.in_sync.len() == 4,
+        "the old replicas stay in sync, so failover can promote one if the new leader dies: {r:?}"
+    );
     // A replayed hand-over from the old generation is stale.
     assert!(matches!(
         s.apply(&hand_over),
@@ -238,7 +244,7 @@ fn draining_moves_every_replica_off_with_bounded_concurrency_and_rolls_back_dead
         },
     );
     let alive: BTreeSet<u64> = [1, 2, 3, 4].into();
-    let plan = plan_moves(&s, &alive);
+    let plan = plan_moves(&s, &alive, &BTreeSet::new());
     let held = s
         .placements
         .values()
@@ -262,11 +268,145 @@ fn draining_moves_every_replica_off_with_bounded_concurrency_and_rolls_back_dead
         .find_map(|(k, p)| p.moving.map(|m| (k.clone(), m.to)))
         .unwrap();
     let alive: BTreeSet<u64> = [1, 2, 3, 4].into_iter().filter(|b| *b != to).collect();
-    let plan = plan_moves(&s, &alive);
+    let plan = plan_moves(&s, &alive, &BTreeSet::new());
     assert!(plan.contains(&Command::CancelMove { shard: k }), "{plan:?}");
     // A new stream avoids the draining broker.
     create(&mut s, "fresh", Consistency::Quorum, 4);
     for i in 0..4 {
         assert!(!s.placements[&key("fresh", i)].replicas.contains(&2));
     }
+}
+
+#[test]
+fn a_dead_brokers_followers_are_replaced_and_a_catching_up_replica_is_not_a_voter() {
+    let mut s = state(&[1, 2, 3, 4]);
+    create(&mut s, "r", Consistency::Quorum, 4);
+    // Broker 3 dies; its Quorum leaderships failed over (not modelled here), its follower
+    // replicas stay until the replace delay passed.
+    ok(
+        &mut s,
+        Command::SetBrokerAlive {
+            id: 3,
+            alive: false,
+        },
+    );
+    let alive: BTreeSet<u64> = [1, 2, 4].into();
+    assert!(
+        plan_moves(&s, &alive, &BTreeSet::new()).is_empty(),
+        "not before the delay"
+    );
+    let plan = plan_moves(&s, &alive, &[3].into());
+    let followers = s
+        .placements
+        .values()
+        .filter(|p| p.replicas.contains(&3) && p.leader != Some(3))
+        .count();
+    assert_eq!(plan.len(), followers.min(MAX_MOVES));
+    let Some(Command::StartMove { shard, from: 3, to }) = plan.first().cloned() else {
+        panic!("expected a move off broker 3: {plan:?}");
+    };
+    ok(
+        &mut s,
+        Command::StartMove {
+            shard: shard.clone(),
+            from: 3,
+            to,
+        },
+    );
+    let p = s.placements[&shard].clone();
+    assert_eq!(
+        p.voters().len(),
+        3,
+        "the destination does not vote while it catches up"
+    );
+    // The two live old replicas are a majority: Quorum writes go on during the catch-up.
+    let live: BTreeSet<u64> = p
+        .replicas
+        .iter()
+        .copied()
+        .filter(|b| *b != 3 && *b != to)
+        .collect();
+    ok(
+        &mut s,
+        Command::ReportReplicas {
+            shard: shard.clone(),
+            generation: p.generation,
+            committed: 10,
+            in_sync: live,
+        },
+    );
+}
+
+/// Carries a move through to its end, as the shard's leader would.
+fn complete(s: &mut MetaState, shard: &ShardKey, from: u64, to: u64) {
+    ok(
+        s,
+        Command::StartMove {
+            shard: shard.clone(),
+            from,
+            to,
+        },
+    );
+    let p = s.placements[shard].clone();
+    if p.leader == Some(from) {
+        ok(
+            s,
+            Command::HandOver {
+                shard: shard.clone(),
+                generation: p.generation,
+                to,
+                end: 0,
+            },
+        );
+    }
+    let generation = s.placements[shard].generation;
+    ok(
+        s,
+        Command::FinishMove {
+            shard: shard.clone(),
+            generation,
+        },
+    );
+}
+
+#[test]
+fn a_rebalance_plan_spreads_leaders_and_replicas_onto_an_empty_broker_within_one() {
+    let mut s = state(&[1, 2, 3, 4]);
+    ok(
+        &mut s,
+        Command::SetBrokerDraining {
+            id: 4,
+            draining: true,
+        },
+    );
+    create(&mut s, "b", Consistency::Leader, 12);
+    ok(
+        &mut s,
+        Command::SetBrokerDraining {
+            id: 4,
+            draining: false,
+        },
+    );
+    assert_eq!(s.broker_load(4), (0, 0), "the new broker starts empty");
+    let plan = felix_meta::rebalance::plan_rebalance(&s);
+    assert!(!plan.is_empty());
+    for m in &plan {
+        complete(&mut s, &m.shard, m.from, m.to);
+    }
+    let loads: Vec<(usize, usize)> = (1..=4).map(|b| s.broker_load(b)).collect();
+    let leaders: Vec<usize> = loads.iter().map(|l| l.1).collect();
+    let replicas: Vec<usize> = loads.iter().map(|l| l.0).collect();
+    let spread = |v: &[usize]| v.iter().max().unwrap() - v.iter().min().unwrap();
+    assert!(
+        spread(&leaders) <= 1,
+        "leaders within one of even: {leaders:?}"
+    );
+    assert!(
+        spread(&replicas) <= 1,
+        "replicas within one of even: {replicas:?}"
+    );
+    assert!(
+        felix_meta::rebalance::plan_rebalance(&s).is_empty(),
+        "balanced: nothing more to do"
+    );
 }

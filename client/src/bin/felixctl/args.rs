@@ -117,6 +117,9 @@ pub(crate) enum Command {
     /// The cluster's brokers: list, drain, undrain (docs/shard-moves.md).
     #[command(subcommand)]
     Broker(crate::cluster::BrokerCommand),
+    /// Even out leaders and replicas over the brokers (`rebalance`).
+    #[command(subcommand)]
+    Cluster(crate::cluster::ClusterCommand),
     /// Move a shard's replica (and its leadership) to another broker.
     #[command(subcommand)]
     Shard(crate::cluster::ShardCommand),

@@ -41,6 +41,115 @@ pub(crate) enum BrokerCommand {
 }
 
 #[derive(Subcommand, Debug)]
+pub(crate) enum ClusterCommand {
+    /// Evens out leaders, then replicas, over the live brokers: prints the plan, then makes
+    /// its moves four at a time, waiting for each batch.
+    Rebalance {
+        /// Print the plan only.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, value_enum, default_value_t = ListOutput::Text)]
+        output: ListOutput,
+        /// How long to follow each batch of moves before giving up.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        wait: Duration,
+    },
+}
+
+/// Moves a rebalance starts at once.
+const REBALANCE_BATCH: usize = 4;
+
+pub(crate) async fn cluster_command(
+    client: &Connection,
+    cmd: ClusterCommand,
+) -> anyhow::Result<u8> {
+    let ClusterCommand::Rebalance {
+        dry_run,
+        output,
+        wait,
+    } = cmd;
+    let plan = client
+        .plan_rebalance()
+        .await
+        .context("planning a rebalance")?;
+    match output {
+        ListOutput::Json => println!("{}", serde_json::to_string(&plan)?),
+        ListOutput::Text => {
+            println!("{} moves planned", plan.len());
+            for m in &plan {
+                println!(
+                    "  {}/{}/{} shard {}: broker {} -> broker {}",
+                    m.tenant, m.namespace, m.stream, m.shard, m.from, m.to
+                );
+            }
+        }
+    }
+    if dry_run || plan.is_empty() {
+        return Ok(0);
+    }
+    let mut rest = plan.as_slice();
+    while !rest.is_empty() {
+        // One move per shard at a time: a batch ends before a shard's second move.
+        let mut batch: Vec<&MoveInfo> = Vec::new();
+        for m in rest {
+            let same = |b: &&MoveInfo| {
+                b.tenant == m.tenant
+                    && b.namespace == m.namespace
+                    && b.stream == m.stream
+                    && b.shard == m.shard
+            };
+            if batch.len() == REBALANCE_BATCH || batch.iter().any(same) {
+                break;
+            }
+            batch.push(m);
+        }
+        rest = &rest[batch.len()..];
+        for m in &batch {
+            client
+                .move_shard(
+                    &m.tenant,
+                    &m.namespace,
+                    &m.stream,
+                    m.shard,
+                    m.to,
+                    Some(m.from),
+                )
+                .await
+                .with_context(|| {
+                    format!(
+                        "moving {}/{}/{} shard {} from broker {} to broker {}",
+                        m.tenant, m.namespace, m.stream, m.shard, m.from, m.to
+                    )
+                })?;
+        }
+        let code = follow(client, wait, |_, moves| {
+            let left = batch
+                .iter()
+                .filter(|m| {
+                    moves.iter().any(|u| {
+                        u.tenant == m.tenant
+                            && u.namespace == m.namespace
+                            && u.stream == m.stream
+                            && u.shard == m.shard
+                    })
+                })
+                .count();
+            println!(
+                "{left} of a batch of {} moves under way; {} more planned",
+                batch.len(),
+                rest.len()
+            );
+            (left == 0).then_some(())
+        })
+        .await?;
+        if code != 0 {
+            return Ok(code);
+        }
+    }
+    Ok(0)
+}
+
+#[derive(Subcommand, Debug)]
 pub(crate) enum ShardCommand {
     /// Moves a shard's replica to broker --to: the leader's (so leadership moves), or the
     /// one on broker --replace. Waits until the move is done.

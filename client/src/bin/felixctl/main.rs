@@ -108,6 +108,7 @@ async fn run(mut cli: Cli) -> anyhow::Result<u8> {
         Command::Oidc(cmd) => oidc::oidc_command(&client, cmd).await?,
         Command::Broker(cmd) => cluster::broker_command(&client, cmd).await?,
         Command::Shard(cmd) => cluster::shard_command(&client, cmd).await?,
+        Command::Cluster(cmd) => cluster::cluster_command(&client, cmd).await?,
         Command::Login(_) => unreachable!("login is run before a token is resolved"),
         Command::Segments {
             path: (t, ns, s),
