@@ -3,7 +3,8 @@
 //!
 //! The decisions are a pure function of the applied state and the leader's view of each
 //! broker's lease ([`decide`]); the task around it ([`spawn`]) runs on every node but acts
-//! only on the Raft leader once it is ready, and proposes what `decide` returns. A refused
+//! only on the Raft leader once it has been ready in its term (applied its whole log once),
+//! and proposes what `decide` returns, plus the shard moves of `drain.rs`. A refused
 //! proposal is normal (the state moved on since the decision) and is retried next tick if
 //! it still applies.
 //!
@@ -214,12 +215,23 @@ pub(crate) fn spawn(
         let mut dead_since: BTreeMap<u64, Instant> = BTreeMap::new();
         // Dead brokers whose replicas are being replaced (logged once each).
         let mut replacing: BTreeSet<u64> = BTreeSet::new();
+        // The term in which this node, leading, was last seen ready. A busy leader's log
+        // nearly always holds an entry not yet applied (the shard leaders' replication
+        // reports), so `is_ready` alone would starve the controller under a Quorum load;
+        // once ready in its term, a leader decides on its applied state, and the state
+        // machine checks every proposal again.
+        let mut ready_term: Option<u64> = None;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
-            if !(handle.is_leader() && handle.is_ready()) {
+            let term = handle.current_term();
+            if handle.is_leader() && handle.is_ready() {
+                ready_term = Some(term);
+            }
+            if !(handle.is_leader() && ready_term == Some(term)) {
+                ready_term = None;
                 reported.clear();
                 dead_since.clear();
                 continue;

@@ -118,6 +118,7 @@ async fn hand_over(
     .await
     .map_err(|_| format!("the new replica did not reach {end} within the hold"))?;
     let b = node.upgrade().ok_or("stopping")?;
+    other_logs_copied(&b, shard, m.to, deadline).await?;
     if quorum {
         // The mark may have reached `end` before the new replica did: record it in sync.
         let ends = repl.mark.ends(me, end);
@@ -199,6 +200,7 @@ async fn finish(
             propose(&b, report).await?;
         }
     }
+    other_logs_copied(&b, shard, m.to, Instant::now()).await?;
     let cmd = Command::FinishMove {
         shard: shard.key.clone(),
         generation,
@@ -206,6 +208,30 @@ async fn finish(
     propose(&b, cmd).await?;
     info!(shard = %shard.key, from = m.from, to = m.to, "shard move finished: the old replica left");
     Ok(())
+}
+
+/// Waits until `to` holds the shard's other logs (the group journal) as well
+/// (`shard_logs.rs`), asking again until `deadline`.
+async fn other_logs_copied(
+    b: &Node,
+    shard: &Shard,
+    to: u64,
+    deadline: Instant,
+) -> Result<(), String> {
+    let Some(logs) = b.shard_logs.get() else {
+        return Ok(());
+    };
+    loop {
+        if logs.caught_up(&shard.key, to).await {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "broker {to} does not hold the shard's other logs (group journal) yet"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Ends the step when dropped, also when the task is aborted.

@@ -13,9 +13,11 @@
 //!   to `shard_move_hold_ms`, then goes to whoever leads.
 //! * [`admin`] — `Request::Cluster`: broker list, drain, undrain, move, move list.
 //! * [`metrics`] — moves in progress, records to catch up, hold time.
+//! * [`shard_logs`] — the shard's other logs (the group journal) a move must carry too.
 
 pub(crate) mod admin;
 pub(crate) mod handover;
 pub(crate) mod hold;
 pub mod metrics;
 pub(crate) mod progress;
+pub mod shard_logs;
