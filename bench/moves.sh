@@ -92,14 +92,18 @@ print(f"* Machine: {cpu}, {ncpu} cores, shared with other work; load average bef
 print(f"* Felix at commit {commit}, **{profile} build** ({'not representative of release speed' if profile == 'debug' else 'release'}). "
       "Four brokers on loopback (`FELIX_LEASE_MS=2000`, fsync `periodic`), one `file://` object store.")
 print("* `felix-bench move --cluster SEEDS --fill-mib FILL`: a fresh Quorum stream (1 shard, 3 replicas) filled with FILL MiB "
-      "of 1 KiB incompressible records (all hot: nothing uploaded yet), one publisher sending one 1 KiB record every 5 ms "
+      "of 1 KiB incompressible records, one publisher sending one 1 KiB record every 5 ms "
       "through a `ClusterClient`; after 3 s the shard's leadership is moved to the fourth broker (`move_shard`), "
       "the move list polled every 20 ms until the move is gone, then 3 s more.\n")
-print("| fill MiB | rep | move s | ack p50 / p99 / max ms before | during | after | longest ack gap ms | failed publishes | load avg before → after |")
-print("|---|---|---|---|---|---|---|---|---|")
+print("A new replica's log starts after the shard's uploaded history, so the destination copies from the leader only "
+      "what was not uploaded when the move began (the column after *move s*).\n")
+print("| fill MiB | rep | move s | MiB uploaded / not uploaded at the move | ack p50 / p99 / max ms before | during | after | longest ack gap ms | failed publishes | load avg before → after |")
+print("|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     f = lambda p: f"{ms(r[p]['p50_us'])} / {ms(r[p]['p99_us'])} / {ms(r[p]['max_us'])}"
-    print(f"| {r['fill_bytes'] / 2**20:.0f} | {r['rep']} | {r['move_ms'] / 1000:.2f} | {f('before')} | {f('during')} | {f('after')} "
+    up = (f"{r['uploaded_bytes_at_move'] / 2**20:.0f} / {r['not_uploaded_bytes_at_move'] / 2**20:.0f}"
+          if 'uploaded_bytes_at_move' in r else "n/a")
+    print(f"| {r['fill_bytes'] / 2**20:.0f} | {r['rep']} | {r['move_ms'] / 1000:.2f} | {up} | {f('before')} | {f('during')} | {f('after')} "
           f"| {r['max_ack_gap_ms']} | {r['publish_errors']} | {r['loadavg_before'][0]:.1f} → {r['loadavg_after'][0]:.1f} |")
 print()
 PY

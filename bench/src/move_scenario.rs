@@ -3,8 +3,9 @@
 //!
 //! Setup: a fresh durable 1-shard Quorum stream with 3 replicas in tenant `bench`, namespace
 //! `moves`, filled with `--fill-mib` MiB of `--size`-byte records (incompressible payloads;
-//! not timed), all of it hot (nothing uploaded yet, so the destination copies it all from
-//! the leader's log).
+//! not timed). A new replica's log starts after the history already uploaded to the object
+//! store, so the destination copies from the leader only what is not uploaded yet: the
+//! report says how much of the shard was uploaded and how much not when the move began.
 //!
 //! Load: one `ClusterClient` publishes one `--size`-byte record per call, a call every
 //! `--interval-ms`. After `--phase-secs`, the benchmark asks for the shard's leadership to
@@ -63,6 +64,9 @@ struct Report {
     from: u64,
     to: u64,
     move_ms: u64,
+    /// Bytes of the shard in uploaded objects, and not yet uploaded, when the move began.
+    uploaded_bytes_at_move: u64,
+    not_uploaded_bytes_at_move: u64,
     before: PhaseFigures,
     during: PhaseFigures,
     after: PhaseFigures,
@@ -169,6 +173,20 @@ async fn run_async(args: MoveArgs) -> anyhow::Result<()> {
     let admin = Connection::connect(&args.cluster[0], ClientConfig::default())
         .await
         .context("connect for the move")?;
+    let segments = client
+        .list_segments(TENANT, NAMESPACE, &stream)
+        .await
+        .context("list segments")?;
+    let uploaded: u64 = segments
+        .iter()
+        .filter(|s| s.tier == "cold")
+        .map(|s| s.size_bytes)
+        .sum();
+    let not_uploaded: u64 = segments
+        .iter()
+        .filter(|s| s.tier != "cold")
+        .map(|s| s.size_bytes)
+        .sum();
     phase.store(1, Ordering::Release);
     let started = Instant::now();
     admin
@@ -208,6 +226,8 @@ async fn run_async(args: MoveArgs) -> anyhow::Result<()> {
         from: leader,
         to,
         move_ms,
+        uploaded_bytes_at_move: uploaded,
+        not_uploaded_bytes_at_move: not_uploaded,
         before: figures(&hists[0]),
         during: figures(&hists[1]),
         after: figures(&hists[2]),
