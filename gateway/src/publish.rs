@@ -212,6 +212,13 @@ impl Broker {
             }
         };
         drop(permit);
+        // Met a shard move's fence: nothing was written and the publish is tried again after
+        // the hold (`publish_held`), where it is charged again.
+        if let (Err(e), Some(charge)) = (&result, charge)
+            && hold::met_fence(e)
+        {
+            self.quotas.refund(tenant, charge);
+        }
         if result.is_ok() {
             let t = Metrics::tenant(tenant);
             self.node
