@@ -3,7 +3,9 @@
 # behind an empty cache and cold behind a warm cache; publish latency with and without a
 # concurrent cold reader; upload lag (seal to manifest record). Writes
 # bench/results/catchup.md (tables) and bench/results/catchup.jsonl (raw lines, one per
-# phase). Local runs only (CI never runs it).
+# phase). Local runs only (CI never runs it). The same replays against a distant object
+# store (simulated first-byte latency and per-GET bandwidth), ten concurrent readers and the
+# content-digest check on vs off: bench/catchup-latency.sh.
 #
 #   bench/catchup.sh
 #   STORES=s3 GIB=2 LAT_SECS=20 bench/catchup.sh      (defaults: "s3 file", 1, 15)

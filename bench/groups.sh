@@ -12,6 +12,12 @@
 # 1, 4 and 16 consumers acknowledging everything, then 4 consumers nacking every tenth
 # record to a dead-letter stream (max_attempts 1). PROFILE=debug uses the debug binaries
 # (no release build).
+#
+# With `nats-server` on PATH (Debian: apt-get install -y nats-server; NATS=0 skips it), the
+# same rep also runs the load against NATS JetStream on this machine (`nats-server -js`,
+# file storage, fresh directory): work-queue pull consumers with explicit acks, 1, 4 and 16
+# consumers, the same records, sizes and fetch sizes (felix-bench nats-groups, built with
+# the `nats` feature). Raw lines: bench/results/groups-nats.jsonl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -22,20 +28,29 @@ RECORDS=${RECORDS:-100000}
 BATCHES=${BATCHES:-"400 100"}
 PROFILE=${PROFILE:-release}
 RESULTS=bench/results/groups
+NATS=${NATS:-1}
+if [ "$NATS" = 1 ] && ! command -v nats-server >/dev/null; then
+  echo "nats-server not on PATH: no NATS JetStream comparison (apt-get install -y nats-server)" >&2
+  NATS=0
+fi
+FEATURES=()
+[ "$NATS" = 1 ] && FEATURES=(--features nats)
 
 if [ "$PROFILE" = release ]; then
   cargo build --release -q -p felix-gateway --bin felix
-  cargo build --release -q -p felix-bench
+  cargo build --release -q -p felix-bench "${FEATURES[@]}"
 else
   cargo build -q -p felix-gateway --bin felix
-  cargo build -q -p felix-bench
+  cargo build -q -p felix-bench "${FEATURES[@]}"
 fi
 FELIX=./target/$PROFILE/felix
 BENCH=./target/$PROFILE/felix-bench
 
 TMP=$(mktemp -d)
 OUT=$TMP/groups.jsonl
-cleanup() { stop_pids "${PID:-}"; keep_partial_results; rm -rf "$TMP"; }
+NATS_OUT=$TMP/groups-nats.jsonl
+: >"$NATS_OUT"
+cleanup() { stop_pids "${PID:-}" "${NATS_PID:-}"; keep_partial_results; rm -rf "$TMP"; }
 on_exit cleanup
 
 broker_ports
@@ -49,6 +64,12 @@ for _ in $(seq 1 120); do
   sleep 0.5
 done
 grep -q "ready" "$TMP/felix.log" || { cat "$TMP/felix.log" >&2; exit 1; }
+if [ "$NATS" = 1 ]; then
+  NATS_PORT=$(free_port)
+  nats-server -a 127.0.0.1 -p "$NATS_PORT" -js -sd "$TMP/nats" >"$TMP/nats.log" 2>&1 &
+  NATS_PID=$!
+  sleep 1
+fi
 
 LOAD_BEFORE=$(loadavg)
 for rep in $(seq 1 "$REPS"); do
@@ -56,15 +77,23 @@ for rep in $(seq 1 "$REPS"); do
     echo "groups: rep $rep, poll size $batch" >&2
     "$BENCH" groups --broker "127.0.0.1:$QUIC_PORT" --records "$RECORDS" --batch "$batch" \
       2>/dev/null | tail -1 >>"$OUT"
+    if [ "$NATS" = 1 ]; then
+      echo "nats-groups: rep $rep, fetch size $batch" >&2
+      "$BENCH" nats-groups --server "127.0.0.1:$NATS_PORT" --records "$RECORDS" \
+        --batch "$batch" 2>/dev/null | tail -1 >>"$NATS_OUT"
+    fi
   done
 done
 cp "$OUT" "$RESULTS.jsonl"
+[ "$NATS" = 1 ] && cp "$NATS_OUT" "$RESULTS-nats.jsonl"
 COPIED=1
 COMMIT=$(git rev-parse --short HEAD)
-python3 - "$RESULTS.jsonl" "$PROFILE" "$COMMIT" "$LOAD_BEFORE" "$(loadavg)" <<'PY' >"$RESULTS.md"
-import json, statistics, sys, datetime, subprocess
-path, profile, commit, load_before, load_after = sys.argv[1:6]
+NATS_VERSION=$( [ "$NATS" = 1 ] && nats-server --version || echo none)
+python3 - "$RESULTS.jsonl" "$PROFILE" "$COMMIT" "$LOAD_BEFORE" "$(loadavg)" "$NATS_OUT" "$NATS_VERSION" <<'PY' >"$RESULTS.md"
+import json, os, statistics, sys, datetime, subprocess
+path, profile, commit, load_before, load_after, nats_path, nats_version = sys.argv[1:8]
 rows = [json.loads(l) for l in open(path) if l.strip()]
+nats = [json.loads(l) for l in open(nats_path) if l.strip()] if os.path.exists(nats_path) else []
 print(f"# Consumer groups vs a plain subscription ({datetime.date.today()})\n")
 print(f"Command: `PROFILE={profile} bench/groups.sh` ({len(rows)} runs). Raw lines: `groups.jsonl`.\n")
 print(f"* Felix at commit {commit}, **{profile} build**; machine: {subprocess.getoutput('nproc')} cores, "
@@ -77,7 +106,14 @@ print("* `subscription`: one plain subscription per shard from earliest, no ackn
       "per run, consumers polling `batch` records (across the shards) and acknowledging them in one request per "
       "shard. `nack10`: 4 consumers, every tenth record nacked into a dead-letter stream (max_attempts 1).")
 print("* records/s from the first poll to the last answer; claim-to-ack: from a poll's return to its "
-      "acknowledgement's answer, per record, at full load.\n")
+      "acknowledgement's answer, per record, at full load.")
+if nats:
+    print(f"* NATS JetStream ({nats_version}, `nats-server -js`, file storage) on the same machine in the same "
+          "run, after each Felix rep: a fresh work-queue stream per consumer count, preloaded the same way, one "
+          "durable pull consumer with explicit acks shared by that many consumers (own connections), fetching "
+          "`batch` records, acking each, then flushing the connection (a JetStream ack is not answered). "
+          "`vs NATS`: Felix's group records/s over NATS's for the same consumer count and fetch size.")
+print()
 print("| poll size | consumers | records/s (median, range) | vs subscription | claim-to-ack p50 ms | p99 ms |")
 print("|---|---|---|---|---|---|")
 for batch in sorted({r['batch'] for r in rows}, reverse=True):
@@ -91,6 +127,13 @@ for batch in sorted({r['batch'] for r in rows}, reverse=True):
         p50 = statistics.median([g['claim_to_ack_us'][0] for g, _ in gs]) / 1000
         p99 = statistics.median([g['claim_to_ack_us'][1] for g, _ in gs]) / 1000
         print(f"| {batch} | {n} | {statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f}) | {ratio:.2f}× | {p50:.1f} | {p99:.1f} |")
+        ns = [g for r in nats if r['batch'] == batch for g in r['groups'] if g['consumers'] == n]
+        if ns:
+            nv = [g['records_per_sec'] for g in ns]
+            vs = statistics.median(v) / statistics.median(nv)
+            print(f"| {batch} | NATS, {n} | {statistics.median(nv):,.0f} ({min(nv):,.0f}–{max(nv):,.0f}) | Felix {vs:.2f}× NATS | "
+                  f"{statistics.median([g['claim_to_ack_us'][0] for g in ns])/1000:.1f} | "
+                  f"{statistics.median([g['claim_to_ack_us'][1] for g in ns])/1000:.1f} |")
     nk = [(r['nack10'], r['subscription_records_per_sec']) for r in rs]
     v = [g['records_per_sec'] for g, _ in nk]
     ratio = statistics.median([g['records_per_sec'] / s for g, s in nk])

@@ -124,6 +124,14 @@ pub struct CatchupArgs {
     /// `publish-latency`: replay the big stream from offset 0 while publishing.
     #[arg(long)]
     cold_reader: bool,
+    /// `replay`: concurrent readers, each on its own connection, reader `i` of `n` from
+    /// offset `i × end / n` to the end; figures are their sum over the wall time.
+    #[arg(long, default_value_t = 1)]
+    readers: u64,
+    /// `replay`: more streams (comma-separated, same namespace), each read from 0 by one
+    /// more reader at the same time (ten readers of ten streams).
+    #[arg(long, value_delimiter = ',')]
+    also_streams: Vec<String>,
     /// `replay`: the tiers the stream must be in.
     #[arg(long, value_enum, default_value_t = Expect::Any)]
     expect: Expect,
@@ -474,6 +482,8 @@ struct ReplayReport {
     next_offset: u64,
     hot_bytes: u64,
     cold_bytes: u64,
+    /// Concurrent readers (`--readers` plus one per `--also-streams`); `replay` is their sum.
+    readers: u64,
     replay: ReplayFigures,
     /// Object-store traffic during the replay.
     store: StoreDelta,
@@ -499,23 +509,44 @@ async fn replay_phase(b: &Bench) -> anyhow::Result<ReplayReport> {
         ),
         _ => {}
     }
-    let client = b.client().await?;
+    let readers = a.readers.max(1);
+    // (stream, from, end) per reader: `--readers` on the stream, one on each other stream.
+    let mut jobs: Vec<(String, u64, u64)> = (0..readers)
+        .map(|i| (a.stream.clone(), end * i / readers, end))
+        .collect();
+    for other in &a.also_streams {
+        jobs.push((other.clone(), 0, b.shard(other).await?.next_offset));
+    }
+    let mut clients = Vec::new();
+    for _ in &jobs {
+        clients.push(b.client().await?);
+    }
     let before = b.metrics().await?;
     let cpu_before = cpu_seconds();
     let (_stop_tx, stop) = watch::channel(false);
-    let replayed = replay(
-        &client,
-        NAMESPACE,
-        &a.stream,
-        end,
-        false,
-        stop,
-        Arc::new(AtomicU64::new(0)),
-    )
-    .await?;
+    let started = std::time::Instant::now();
+    let tasks: Vec<_> = clients
+        .iter()
+        .zip(jobs)
+        .map(|(client, (stream, from, end))| {
+            let (client, stop) = (client.clone(), stop.clone());
+            tokio::spawn(async move {
+                let progress = Arc::new(AtomicU64::new(0));
+                let (ns, s) = (NAMESPACE, &stream);
+                crate::replay::replay_from(&client, ns, s, from, end, false, stop, progress).await
+            })
+        })
+        .collect();
+    let mut runs = Vec::new();
+    for task in tasks {
+        runs.push(task.await.context("replay task")??);
+    }
+    let replayed = combine(runs, started.elapsed().as_secs_f64());
     let cpu = cpu_seconds() - cpu_before;
     let after = b.metrics().await?;
-    client.close().await;
+    for client in clients {
+        client.close().await;
+    }
     let store = StoreDelta::between(&before, &after);
     let mb = replayed.payload_bytes as f64 / 1e6;
     Ok(ReplayReport {
@@ -529,12 +560,36 @@ async fn replay_phase(b: &Bench) -> anyhow::Result<ReplayReport> {
         next_offset: end,
         hot_bytes: shard.hot_bytes,
         cold_bytes: shard.cold_bytes,
+        readers: readers + a.also_streams.len() as u64,
         gets_per_mb: store.get_requests as f64 / mb.max(1e-9),
         fetched_per_delivered: store.get_bytes as f64 / (replayed.payload_bytes.max(1)) as f64,
         replay: replayed,
         store,
         bench_cpu_seconds: cpu,
     })
+}
+
+/// Several readers' figures as one: their records and bytes summed over the wall time of
+/// them all; the first record is the slowest reader's (no timeline: it is per reader).
+fn combine(runs: Vec<ReplayFigures>, seconds: f64) -> ReplayFigures {
+    if let [one] = runs.as_slice() {
+        // One reader: its own figures, timeline included.
+        return one.clone();
+    }
+    let mut f = ReplayFigures {
+        seconds,
+        ..ReplayFigures::default()
+    };
+    for r in runs {
+        f.records += r.records;
+        f.payload_bytes += r.payload_bytes;
+        f.first_record_ms = f.first_record_ms.max(r.first_record_ms);
+        f.passes_completed += r.passes_completed;
+    }
+    let secs = seconds.max(1e-9);
+    f.payload_mb_per_sec = f.payload_bytes as f64 / secs / 1e6;
+    f.records_per_sec = f.records as f64 / secs;
+    f
 }
 
 // ---------------------------------------------------------------------------------------

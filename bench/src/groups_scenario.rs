@@ -57,6 +57,12 @@ pub struct GroupsArgs {
     /// Records per poll.
     #[arg(long, default_value_t = 100)]
     batch: usize,
+    /// Replicas of each shard (a cluster: `--broker` is one of its brokers).
+    #[arg(long)]
+    replicas: Option<u32>,
+    /// The stream's consistency (`leader` or `quorum`), for a replicated stream.
+    #[arg(long)]
+    consistency: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -76,6 +82,10 @@ struct Report {
     size: usize,
     shards: u32,
     batch: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    replicas: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    consistency: Option<String>,
     subscription_records_per_sec: f64,
     groups: Vec<GroupRun>,
     nack10: GroupRun,
@@ -111,6 +121,8 @@ async fn run_async(args: GroupsArgs) -> anyhow::Result<()> {
                     durable: Some(true),
                     shards: Some(shards),
                     tiered: Some(false),
+                    replicas: args.replicas,
+                    consistency: args.consistency.clone(),
                     ..Default::default()
                 },
             )
@@ -132,6 +144,8 @@ async fn run_async(args: GroupsArgs) -> anyhow::Result<()> {
         size: args.size,
         shards: args.shards,
         batch: args.batch,
+        replicas: args.replicas,
+        consistency: args.consistency.clone(),
         subscription_records_per_sec: subscription,
         groups,
         nack10,

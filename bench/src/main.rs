@@ -20,8 +20,14 @@
 //! * `groups` — a running broker: consume-and-acknowledge through a consumer group with 1,
 //!   4 and 16 consumers against a plain subscription of the same 4-shard stream, and with
 //!   every tenth record nacked to a dead-letter stream (for `bench/groups.sh`).
+//! * `cache` — a running broker or cluster: put then get ops/s and latency of a cache's
+//!   keys by concurrent clients (for `bench/cache.sh`).
 //! * `nats-pubsub` (feature `nats`) — the same load against NATS JetStream, for
 //!   `bench/pubsub-vs-nats.sh`.
+//! * `nats-groups` (feature `nats`) — the `groups` load against NATS JetStream work-queue
+//!   pull consumers with explicit acks, for `bench/groups.sh`.
+//! * `nats-kv` (feature `nats`) — the `cache` load against a NATS JetStream key-value bucket,
+//!   for `bench/cache.sh`.
 
 // Results carry the wire's `ErrorBody` inline (~150 bytes since it can name a shard's
 // leader). Errors are the rare path; boxing would change the type every caller matches on.
@@ -29,6 +35,7 @@
 
 mod auth_scenario;
 mod broker_metrics;
+mod cache_scenario;
 mod catchup_scenario;
 mod cluster;
 mod common;
@@ -38,6 +45,10 @@ mod load;
 mod log_scenario;
 mod meta_scenario;
 mod move_scenario;
+#[cfg(feature = "nats")]
+mod nats_groups_scenario;
+#[cfg(feature = "nats")]
+mod nats_kv_scenario;
 #[cfg(feature = "nats")]
 mod nats_scenario;
 mod pubsub_scenario;
@@ -82,9 +93,18 @@ enum Scenario {
     /// Consume and acknowledge through a consumer group with 1, 4 and 16 consumers, against
     /// a plain subscription of the same stream; and with every tenth record dead-lettered.
     Groups(groups_scenario::GroupsArgs),
+    /// Puts then gets of `--value-bytes` values on `--keys` keys by `--clients` concurrent
+    /// clients, against a cache of a running broker or cluster.
+    Cache(cache_scenario::CacheArgs),
     /// The `pubsub` load against NATS JetStream (file storage, ordered push consumers).
     #[cfg(feature = "nats")]
     NatsPubsub(nats_scenario::NatsArgs),
+    /// The `groups` load against NATS JetStream work-queue pull consumers (explicit acks).
+    #[cfg(feature = "nats")]
+    NatsGroups(nats_groups_scenario::NatsGroupsArgs),
+    /// The `cache` load against a NATS JetStream key-value bucket (file storage).
+    #[cfg(feature = "nats")]
+    NatsKv(nats_kv_scenario::NatsKvArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -98,7 +118,12 @@ fn main() -> anyhow::Result<()> {
         Scenario::Move(args) => move_scenario::run(args),
         Scenario::AuthChecks(args) => auth_scenario::run(args),
         Scenario::Groups(args) => groups_scenario::run(args),
+        Scenario::Cache(args) => cache_scenario::run(args),
         #[cfg(feature = "nats")]
         Scenario::NatsPubsub(args) => nats_scenario::run(args),
+        #[cfg(feature = "nats")]
+        Scenario::NatsGroups(args) => nats_groups_scenario::run(args),
+        #[cfg(feature = "nats")]
+        Scenario::NatsKv(args) => nats_kv_scenario::run(args),
     }
 }

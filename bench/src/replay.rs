@@ -30,7 +30,13 @@ pub(crate) struct ReplayFigures {
     pub(crate) records_per_sec: f64,
     /// Times the reader started again from offset 0 after reaching the end.
     pub(crate) passes_completed: u64,
+    /// Payload MB/s in each [`TIMELINE_STEP`] since the subscribe call (the last step
+    /// partial), for the MB/s-over-time chart.
+    pub(crate) timeline_mb_per_sec: Vec<f64>,
 }
+
+/// The width of one step of [`ReplayFigures::timeline_mb_per_sec`].
+pub(crate) const TIMELINE_STEP: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Reads `stream` (in tenant `bench`, `namespace`) from `earliest` up to `end` (exclusive),
 /// checking the offsets are contiguous; again from the start after reaching `end` while
@@ -41,23 +47,46 @@ pub(crate) async fn replay(
     stream: &str,
     end: u64,
     repeat: bool,
+    stop: watch::Receiver<bool>,
+    progress: Arc<AtomicU64>,
+) -> anyhow::Result<ReplayFigures> {
+    replay_from(client, namespace, stream, 0, end, repeat, stop, progress).await
+}
+
+/// [`replay`] from offset `from` instead of `earliest` (a reader of many that start at
+/// different places); each pass must begin at `from`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn replay_from(
+    client: &Connection,
+    namespace: &str,
+    stream: &str,
+    from: u64,
+    end: u64,
+    repeat: bool,
     mut stop: watch::Receiver<bool>,
     progress: Arc<AtomicU64>,
 ) -> anyhow::Result<ReplayFigures> {
     let mut f = ReplayFigures::default();
     let start = Instant::now();
+    let step = TIMELINE_STEP.as_secs_f64();
+    let (mut step_end, mut step_bytes) = (start + TIMELINE_STEP, 0u64);
     'passes: loop {
+        let start_at = if from == 0 {
+            StartAt::Earliest
+        } else {
+            StartAt::Offset(from)
+        };
         let mut sub = client
-            .subscribe(TENANT, namespace, stream, 0, StartAt::Earliest)
+            .subscribe(TENANT, namespace, stream, 0, start_at)
             .await
-            .context("subscribe from earliest")?;
-        if sub.start_offset() != 0 {
+            .context("subscribe")?;
+        if sub.start_offset() != from {
             bail!(
-                "the replay starts at offset {}, not 0: records were lost",
+                "the replay starts at offset {}, not {from}: records were lost",
                 sub.start_offset()
             );
         }
-        let mut expected = 0u64;
+        let mut expected = from;
         while expected < end {
             let event = tokio::select! {
                 biased;
@@ -80,6 +109,13 @@ pub(crate) async fn replay(
             expected += 1;
             f.records += 1;
             f.payload_bytes += event.payload.len() as u64;
+            let now = Instant::now();
+            while now >= step_end {
+                f.timeline_mb_per_sec.push(step_bytes as f64 / step / 1e6);
+                step_bytes = 0;
+                step_end += TIMELINE_STEP;
+            }
+            step_bytes += event.payload.len() as u64;
             if f.records.is_multiple_of(4096) {
                 progress.store(f.records, Ordering::Relaxed);
             }
@@ -91,6 +127,12 @@ pub(crate) async fn replay(
     }
     progress.store(f.records, Ordering::Relaxed);
     f.seconds = start.elapsed().as_secs_f64();
+    // A last step shorter than half a step would chart as noise: drop it.
+    let partial = f.seconds - f.timeline_mb_per_sec.len() as f64 * step;
+    if partial >= step / 2.0 {
+        f.timeline_mb_per_sec
+            .push(step_bytes as f64 / partial / 1e6);
+    }
     let secs = f.seconds.max(1e-9);
     f.payload_mb_per_sec = f.payload_bytes as f64 / secs / 1e6;
     f.records_per_sec = f.records as f64 / secs;

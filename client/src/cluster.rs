@@ -15,6 +15,7 @@
 //! leader, `stream_subscription` a whole stream's shards read as one. The admin requests
 //! are declared in `crate::admin`, once for this client and for a [`Connection`].
 
+mod cache;
 mod fencing;
 mod groups;
 mod pool;
@@ -33,6 +34,7 @@ use std::time::Duration;
 use felix_wire::protocol::{ErrorBody, Request, Response, codes};
 use tokio::time::Instant;
 
+pub use cache::ClusterCacheWatch;
 pub use groups::{GroupConsumer, GroupRecord};
 pub use routes::{BrokerRoute, ShardRoute, Topology};
 pub use stream_subscription::StreamSubscription;

@@ -331,6 +331,16 @@ impl Connection {
         .await
     }
 
+    /// The frame limit this connection was made with.
+    pub(crate) fn max_frame(&self) -> usize {
+        self.inner.max_frame
+    }
+
+    /// The QUIC connection underneath.
+    pub(crate) fn quinn(&self) -> &quinn::Connection {
+        &self.inner.conn
+    }
+
     /// The request timeout this connection was made with.
     pub(crate) fn request_timeout(&self) -> Duration {
         self.inner.request_timeout

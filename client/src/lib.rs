@@ -94,6 +94,8 @@
 #[macro_use]
 mod admin;
 #[macro_use]
+mod cache;
+#[macro_use]
 mod rbac;
 #[macro_use]
 mod moves;
@@ -112,13 +114,15 @@ use std::time::Duration;
 
 use felix_wire::protocol::{DEFAULT_MAX_FRAME, Request, Response};
 
+pub use cache::{CacheEvent, CacheValue, CacheWatch, WatchTarget};
 pub use cluster::{
-    BrokerRoute, Client, ClusterClient, ClusterSubscription, GroupConsumer, GroupRecord,
-    ShardRoute, StreamSubscription, Topology,
+    BrokerRoute, Client, ClusterCacheWatch, ClusterClient, ClusterSubscription, GroupConsumer,
+    GroupRecord, ShardRoute, StreamSubscription, Topology,
 };
 pub use connection::Connection;
 pub use error::ClientError;
 pub use felix_wire::Compression;
+pub use felix_wire::cache::{CacheConfig, CacheInfo, ChangeKind, Condition};
 pub use felix_wire::groups::{GroupConfig, GroupInfo, GroupShardInfo, GroupStart};
 pub use felix_wire::moves::{BrokerInfo, ClusterRequest, ClusterResponse, MoveInfo};
 pub use felix_wire::protocol::{
@@ -255,6 +259,7 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         Request::ExchangeOidcToken { .. } => "ExchangeOidcToken",
         Request::Group(_) => "Group",
         Request::Cluster(_) => "Cluster",
+        Request::Cache(_) => "Cache",
         Request::PublishIf { .. } => "PublishIf",
     }
 }

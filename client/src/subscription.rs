@@ -223,6 +223,12 @@ impl Subscription {
                     self.done = true;
                     return Err(end_error(body, self.next_offset));
                 }
+                WireEvent::CacheChange(_) => {
+                    self.done = true;
+                    return Err(ClientError::Protocol(
+                        "a cache change on a subscription".into(),
+                    ));
+                }
             }
         }
     }

@@ -24,6 +24,7 @@ use parking_lot::Mutex;
 
 use crate::decode_pool::DecodePool;
 use crate::error::ColdError;
+use crate::read_ahead::{ReadAhead, ReadAheadConfig};
 use crate::segment::{DecodedRowGroup, ObjectFooter, decode_row_group};
 use crate::store::TierStore;
 
@@ -40,8 +41,13 @@ pub struct CacheConfig {
     /// Indexed row groups kept for sequential readers (they share their bytes with the
     /// memory tier while both hold them).
     pub decoded_bytes: usize,
-    /// Row groups a sequential reader fetches ahead of the one it reads.
+    /// Row groups a sequential reader fetches ahead of the one it reads, at least (the
+    /// store's measured latency may call for more, see [`crate::read_ahead`]).
     pub prefetch_row_groups: usize,
+    /// Bytes fetched ahead of readers and not yet read, across all readers
+    /// ([`crate::read_ahead`]). The indexed row groups kept for readers get this much room
+    /// on top of `decoded_bytes`, so what is fetched ahead is still there when it is read.
+    pub read_ahead_bytes: u64,
     /// Threads that decode fetched row groups, at a lower priority than the publish path
     /// ([`DecodePool`]); every cold reader of the broker shares them.
     pub decode_threads: usize,
@@ -55,6 +61,7 @@ impl CacheConfig {
             disk_bytes: 1 << 30,
             decoded_bytes: 64 << 20,
             prefetch_row_groups: 2,
+            read_ahead_bytes: 64 << 20,
             decode_threads: 2,
         }
     }
@@ -189,6 +196,7 @@ struct Inner {
     /// decoding it again.
     decoding: Mutex<HashMap<(String, usize), DecodeCell>>,
     decoder: DecodePool,
+    read_ahead: ReadAhead,
     config: CacheConfig,
     stats: CacheStats,
 }
@@ -243,14 +251,28 @@ impl ColdCache {
         .map_err(|e| ColdError::Cache(e.to_string()))?;
         let decoder = DecodePool::new(config.decode_threads)
             .map_err(|e| ColdError::Cache(format!("cannot start the decode threads: {e}")))?;
+        let read_ahead = ReadAhead::new(ReadAheadConfig {
+            min_depth: config.prefetch_row_groups,
+            // A quarter of the store's permits stay free for uploads (and through them the
+            // publish path's disk), however far readers want to read ahead.
+            max_in_flight: (store.max_concurrency() * 3 / 4).max(1),
+            budget_bytes: config.read_ahead_bytes,
+            decode_threads: config.decode_threads,
+        });
         Ok(ColdCache {
             inner: Arc::new(Inner {
                 store,
                 hybrid,
                 footers: Mutex::new(Lru::new(16 << 20)),
-                decoded: Mutex::new(Lru::new(config.decoded_bytes.max(1 << 20))),
+                decoded: Mutex::new(Lru::new(
+                    config
+                        .decoded_bytes
+                        .max(1 << 20)
+                        .saturating_add(config.read_ahead_bytes as usize),
+                )),
                 decoding: Mutex::new(HashMap::new()),
                 decoder,
+                read_ahead,
                 config,
                 stats: CacheStats::default(),
             }),
@@ -263,6 +285,11 @@ impl ColdCache {
 
     pub fn store(&self) -> &TierStore {
         &self.inner.store
+    }
+
+    /// The read-ahead's state (depth, bytes held, fetches in flight), for metrics.
+    pub fn read_ahead(&self) -> &ReadAhead {
+        &self.inner.read_ahead
     }
 
     /// Flushes and closes the disk tier.
@@ -335,6 +362,16 @@ impl ColdCache {
         footer: &Arc<ObjectFooter>,
         n: usize,
     ) -> Result<Arc<DecodedRowGroup>, ColdError> {
+        self.row_group_for(object, footer, n, Fetch::Demand).await
+    }
+
+    async fn row_group_for(
+        &self,
+        object: &ObjectRef,
+        footer: &Arc<ObjectFooter>,
+        n: usize,
+        fetch: Fetch,
+    ) -> Result<Arc<DecodedRowGroup>, ColdError> {
         let i = &self.inner;
         let dkey = (object.id(), n);
         if let Some(rg) = i.decoded.lock().get(&dkey) {
@@ -343,7 +380,7 @@ impl ColdCache {
         }
         let cell = i.decoding.lock().entry(dkey.clone()).or_default().clone();
         let result = cell
-            .get_or_try_init(|| self.fetch_and_decode(object, footer, n))
+            .get_or_try_init(|| self.fetch_and_decode(object, footer, n, fetch))
             .await
             .cloned();
         {
@@ -368,6 +405,7 @@ impl ColdCache {
         object: &ObjectRef,
         footer: &Arc<ObjectFooter>,
         n: usize,
+        fetch: Fetch,
     ) -> Result<Arc<DecodedRowGroup>, ColdError> {
         let i = &self.inner;
         let id = object.id();
@@ -399,13 +437,28 @@ impl ColdCache {
             Err(e) => tracing::warn!(key, row_group = n, error = %e, "cold cache lookup failed"),
         }
         i.stats.misses.fetch_add(1, Ordering::Relaxed);
-        let raw = i.store.get_range(key, info.byte_range.clone()).await?;
+        let raw = {
+            let _in_flight = i.read_ahead.fetch_started();
+            let started = std::time::Instant::now();
+            let raw = match fetch {
+                Fetch::Demand => split_get(&i.store, key, info.byte_range.clone()).await?,
+                Fetch::Ahead => i.store.get_range(key, info.byte_range.clone()).await?,
+            };
+            i.read_ahead.record_fetch(started.elapsed());
+            raw
+        };
         let f = footer.clone();
+        let this = self.clone();
         // Decoding (zstd + rebuilding batches) is CPU work: off the async workers, on the
-        // bounded, lower-priority decode threads.
+        // bounded, lower-priority decode threads. Timed on the thread, without the queue.
         let decoded = i
             .decoder
-            .run(move || decode_row_group(&f, n, raw))
+            .run(move || {
+                let started = std::time::Instant::now();
+                let decoded = decode_row_group(&f, n, raw);
+                this.inner.read_ahead.record_decode(started.elapsed());
+                decoded
+            })
             .await
             .map_err(|e| ColdError::Cache(e.to_string()))?
             .map_err(|source| ColdError::Segment {
@@ -442,6 +495,7 @@ impl ColdCache {
         self.prefetch(object, &footer, n + 1);
         while n < footer.row_groups.len() {
             let rg = self.row_group(object, &footer, n).await?;
+            self.inner.read_ahead.consumed(&(object.id(), n));
             let mut span: Option<std::ops::Range<usize>> = None;
             let mut at_end = false;
             for (first, next, range) in &rg.index {
@@ -473,26 +527,41 @@ impl ColdCache {
         Ok(out)
     }
 
-    /// Row groups a sequential reader fetches ahead (`prefetch_row_groups`).
+    /// Row groups a sequential reader fetches ahead now (measured, see
+    /// [`crate::read_ahead`]).
     pub fn prefetch_depth(&self) -> usize {
-        self.inner.config.prefetch_row_groups
+        self.inner.read_ahead.depth()
     }
 
-    /// Fetches and decodes row groups `from..from + depth` in the background.
+    /// Fetches and decodes row groups `from..from + depth` in the background, each once
+    /// the read-ahead budget has room for it.
     pub fn prefetch(&self, object: &ObjectRef, footer: &Arc<ObjectFooter>, from: usize) {
-        let depth = self.inner.config.prefetch_row_groups;
+        let depth = self.prefetch_depth();
         for n in from..(from + depth).min(footer.row_groups.len()) {
             let dkey = (object.id(), n);
-            if self.inner.decoded.lock().get(&dkey).is_some() {
+            if self.inner.decoded.lock().get(&dkey).is_some()
+                || !self.inner.read_ahead.schedule(&dkey)
+            {
                 continue;
             }
+            let bytes = footer.row_groups[n].byte_range.end - footer.row_groups[n].byte_range.start;
             let this = self.clone();
             let object = object.clone();
             let footer = footer.clone();
             tokio::spawn(async move {
-                if let Err(e) = this.row_group(&object, &footer, n).await {
-                    tracing::debug!(key = object.key, row_group = n, error = %e, "read-ahead failed");
+                let ra = &this.inner.read_ahead;
+                if ra.reserve(&dkey, bytes).await {
+                    // Someone may have fetched it while this waited for room.
+                    if this.inner.decoded.lock().get(&dkey).is_some() {
+                        ra.release(&dkey);
+                    } else if let Err(e) =
+                        this.row_group_for(&object, &footer, n, Fetch::Ahead).await
+                    {
+                        ra.release(&dkey);
+                        tracing::debug!(key = object.key, row_group = n, error = %e, "read-ahead failed");
+                    }
                 }
+                ra.finished(&dkey);
             });
         }
     }
@@ -541,6 +610,46 @@ fn supports_direct_io(dir: &std::path::Path) -> bool {
     ok
 }
 
+/// Who is waiting for a row group fetch.
+#[derive(Debug, Clone, Copy)]
+enum Fetch {
+    /// A reader, now: its latency counts, so a large row group is fetched as several
+    /// parallel ranged GETs (a bandwidth-capped store delivers each at its own rate).
+    Demand,
+    /// Read-ahead: throughput counts, so one GET per row group keeps the store's permits
+    /// for more row groups in flight.
+    Ahead,
+}
+
+/// A demand fetch is split into parts of at least this size...
+const SPLIT_PART_BYTES: u64 = 1 << 20;
+/// ...and at most this many.
+const SPLIT_PARTS: u64 = 4;
+
+/// `range` of `key`, as up to [`SPLIT_PARTS`] parallel ranged GETs when it is large.
+async fn split_get(
+    store: &TierStore,
+    key: &str,
+    range: std::ops::Range<u64>,
+) -> Result<Bytes, ColdError> {
+    let len = range.end - range.start;
+    let parts = (len / SPLIT_PART_BYTES).clamp(1, SPLIT_PARTS);
+    if parts == 1 {
+        return Ok(store.get_range(key, range).await?);
+    }
+    let step = len.div_ceil(parts);
+    let gets = (0..parts).map(|p| {
+        let start = range.start + p * step;
+        store.get_range(key, start..(start + step).min(range.end))
+    });
+    let pieces = futures::future::try_join_all(gets).await?;
+    let mut out = bytes::BytesMut::with_capacity(len as usize);
+    for piece in pieces {
+        out.extend_from_slice(&piece);
+    }
+    Ok(out.freeze())
+}
+
 fn footer_key(id: &str) -> String {
     format!("f|{id}")
 }
@@ -583,5 +692,42 @@ fn fetch_error(key: &str, e: foyer::Error) -> ColdError {
     ColdError::Fetch {
         key: key.to_owned(),
         message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreConfig;
+
+    /// A large range fetched as parallel parts comes back as exactly the range's bytes,
+    /// in order, from one GET per part.
+    #[tokio::test]
+    async fn a_split_demand_fetch_reassembles_exactly_the_range() {
+        let store = TierStore::open(&StoreConfig {
+            url: "memory://".into(),
+            ..StoreConfig::default()
+        })
+        .await
+        .expect("memory store");
+        let data: Vec<u8> = (0..(7u32 << 19)).map(|i| (i % 251) as u8).collect();
+        store
+            .put("k", Bytes::from(data.clone()))
+            .await
+            .expect("put");
+        let range = 100..(data.len() as u64 - 7);
+        let before = store.stats().gets;
+        let got = split_get(&store, "k", range.clone()).await.expect("get");
+        assert_eq!(&got[..], &data[range.start as usize..range.end as usize]);
+        assert_eq!(
+            store.stats().gets - before,
+            3,
+            "3.5 MiB: three parts of >= 1 MiB"
+        );
+        // A small range is one GET.
+        let before = store.stats().gets;
+        let got = split_get(&store, "k", 5..1000).await.expect("get");
+        assert_eq!(&got[..], &data[5..1000]);
+        assert_eq!(store.stats().gets - before, 1);
     }
 }

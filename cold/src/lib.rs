@@ -5,7 +5,7 @@
 //! * [`segment`] — the Parquet object format: record batches in, Parquet out, and back.
 //! * [`cache`] — footers and row groups of objects in a foyer memory + disk cache, with
 //!   coalesced fetches and read-ahead; [`decode_pool`] the low-priority threads that decode
-//!   what it fetches.
+//!   what it fetches; [`read_ahead`] how far ahead it fetches and the memory that may take.
 //! * [`uploader`] — moves a shard's committed history into objects recorded in the manifest.
 //! * [`manifest`] — a shard's manifest: this broker's copy, and what the tier asks of the
 //!   control plane that keeps it ([`manifest::ManifestKeeper`]); [`keeper`] the keepers: the
@@ -20,6 +20,8 @@ pub mod decode_pool;
 pub mod error;
 pub mod keeper;
 pub mod manifest;
+pub mod read_ahead;
+pub mod repair;
 pub mod retention;
 pub mod segment;
 pub mod store;

@@ -150,7 +150,7 @@ impl TieredShard {
     }
 
     /// Reads from the object holding `from`, as [`TieredShard::read`] does below the hot log.
-    async fn read_cold(
+    pub(crate) async fn read_cold(
         &self,
         from: u64,
         max_bytes: usize,

@@ -14,6 +14,7 @@
 //! * [`crate::replication`] — leaders, followers, the quorum mark and the lease.
 //! * [`crate::ephemeral`] — ephemeral shards.
 //! * [`crate::groups`] — consumer groups: claims, acknowledgements, redelivery, dead letters.
+//! * [`crate::cache`] — the cache: keys routed to one owner, TTL, counters, watches.
 //!
 //! Invariant: every operation is checked against the local registry (the control plane's
 //! watch), so an unknown tenant, namespace, stream or shard is refused with a typed error
@@ -84,6 +85,8 @@ pub struct Broker {
     pub(crate) access: crate::auth::AccessControl,
     /// The group journals of the shards this broker leads (`crate::groups`).
     pub(crate) groups: crate::groups::registry::Groups,
+    /// The cache shards this broker owns (`crate::cache`).
+    pub(crate) caches: crate::cache::registry::Caches,
 }
 
 impl Broker {
@@ -99,10 +102,12 @@ impl Broker {
         let tier_store = TierStore::open(&config.store_config())
             .await
             .map_err(|e| anyhow::anyhow!("object store {}: {e}", config.object_store))?;
+        // Off only in a benchmark (the setting is refused without fault injection).
+        felix_cold::segment::skip_content_digests(config.cold_skip_content_digests);
         let cold_cache = ColdCache::open(tier_store.clone(), config.cache_config())
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        tokio::spawn(probe_object_store(tier_store.clone(), metrics.clone()));
+        tokio::spawn(crate::store_probe::run(tier_store.clone(), metrics.clone()));
         tokio::spawn(crate::metrics::seed_tenants(
             metrics.clone(),
             meta.registry(),
@@ -137,6 +142,7 @@ impl Broker {
             next_sub_id: AtomicU64::new(1),
             access,
             groups: Default::default(),
+            caches: Default::default(),
         });
         // A single node renews too, so the control plane's view of it stays alive.
         let every = Duration::from_millis((config.lease_ms / 4).max(50));
@@ -155,6 +161,13 @@ impl Broker {
             Arc::downgrade(&node),
             tier_store,
         ));
+        // A shard move carries the shard's group journal too (`moves::shard_logs`).
+        let _ = broker
+            .node
+            .shard_logs
+            .set(Arc::new(crate::moves::shard_logs::GroupJournals(
+                Arc::downgrade(&broker),
+            )));
         Ok(broker)
     }
 
@@ -185,6 +198,7 @@ impl Broker {
         Metrics::sync_counter(&m.tier_store_gets, store.gets);
         Metrics::sync_counter(&m.tier_store_get_bytes, store.get_bytes);
         Metrics::sync_counter(&m.tier_store_puts, store.puts);
+        m.cold_read.refresh(self.shards.cold_cache.read_ahead());
         m.lease_remaining
             .set(self.node.lease.remaining().as_secs_f64());
     }
@@ -286,30 +300,5 @@ impl Broker {
             }
         }
         self.close_groups().await;
-    }
-}
-
-/// Probes the object store at startup and every 30 s after, so an unreachable store is
-/// said plainly in the log and in `felix_tier_store_up`.
-async fn probe_object_store(store: TierStore, metrics: Arc<Metrics>) {
-    let mut was_up = None;
-    loop {
-        let up = match store.check().await {
-            Ok(()) => true,
-            Err(e) => {
-                if was_up != Some(false) {
-                    warn!(store = store.description(), error = %e,
-                        "object store unreachable: uploads wait (sealed segments stay local) and \
-                         history older than the local log cannot be read until it returns");
-                }
-                false
-            }
-        };
-        if up && was_up == Some(false) {
-            info!(store = store.description(), "object store reachable again");
-        }
-        metrics.tier_store_up.set(i64::from(up));
-        was_up = Some(up);
-        tokio::time::sleep(Duration::from_secs(if up { 30 } else { 5 })).await;
     }
 }

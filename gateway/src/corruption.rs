@@ -43,7 +43,7 @@ const MAX_LOGGED: usize = 4096;
 
 /// Counts and (once per place) logs a damaged local segment whose records a tiered read
 /// served from the object store instead (see `TieredShard::read`): the reader is not
-/// refused, but the operator still has a file to repair.
+/// refused; `segment_repair` rewrites the file.
 pub fn served_around(damage: &felix_hot::LogError) {
     let place = match damage {
         felix_hot::LogError::Corrupt { segment, .. } => segment.display().to_string(),
@@ -60,7 +60,7 @@ pub fn served_around(damage: &felix_hot::LogError) {
             place,
             detail = %damage,
             "stored data failed its checks; its records were served from the object store \
-             instead (repair the file from a replica)"
+             instead, and the file is being rewritten from there"
         );
     }
 }

@@ -20,6 +20,7 @@ use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::Broker;
+use crate::groups::duty::BrokerDuty;
 use crate::publish::{Publisher, QuotaCharge};
 use crate::quota::PublishCost;
 use crate::replication::transport::PeerClient;
@@ -37,6 +38,10 @@ pub struct ForwardedPublish {
     /// checks `stream.publish` again, so forwarding does not launder a credential.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// A broker's own publish (no caller token): the duty it is for, checked by the owner
+    /// against the control plane (`crate::groups::duty`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duty: Option<BrokerDuty>,
 }
 
 /// The owner's answer to a forwarded publish.
@@ -75,11 +80,16 @@ pub(crate) async fn serve_forwarded_publish(
     let access = broker.access();
     if access.enabled() {
         let resource = Resource::stream(&req.tenant, &req.namespace, &req.stream);
-        let checked = match req.token.as_deref() {
-            Some(token) => access
+        let checked = match (req.token.as_deref(), &req.duty) {
+            (Some(token), _) => access
                 .authenticate_cached(token)
                 .and_then(|c| access.authorize(Some(&c), Action::StreamPublish, &resource)),
-            None => access.authorize(None, Action::StreamPublish, &resource),
+            // Signed by a broker of the cluster (checked before this handler): allowed what
+            // its duty needs, nothing more.
+            (None, Some(duty)) => {
+                broker.check_duty(duty, (&req.tenant, &req.namespace, &req.stream))
+            }
+            (None, None) => access.authorize(None, Action::StreamPublish, &resource),
         };
         if let Err(error) = checked {
             broker.metrics().auth_refused(&error.reason);
@@ -112,6 +122,7 @@ pub(crate) async fn serve_forwarded_publish(
             shard: key.shard,
             ack: req.ack,
             token: req.token.clone(),
+            duty: req.duty.clone(),
         };
         result = forward_publish(&broker.node.peers, &addr, &again, body, timeout).await;
     }
@@ -170,6 +181,20 @@ impl Broker {
         ack: AckMode,
         body: Bytes,
     ) -> Result<Option<(u64, u64)>, ErrorBody> {
+        let target = (tenant, namespace, stream, shard_no);
+        self.publish_for(by, None, target, ack, body).await
+    }
+
+    /// [`publish_by`](Self::publish_by) for a broker's own publish on `duty` (`by` has no
+    /// token): forwarded, it names the duty for the owner to check.
+    pub(crate) async fn publish_for(
+        &self,
+        by: Publisher<'_>,
+        duty: Option<BrokerDuty>,
+        (tenant, namespace, stream, shard_no): (&str, &str, &str, u32),
+        ack: AckMode,
+        body: Bytes,
+    ) -> Result<Option<(u64, u64)>, ErrorBody> {
         let key = shard_key(tenant, namespace, stream, shard_no);
         let result = self.publish_here(&key, ack, body.clone(), by.quota).await;
         let leader = match &result {
@@ -198,6 +223,7 @@ impl Broker {
             shard: key.shard,
             ack,
             token: by.token.map(str::to_owned),
+            duty,
         };
         // Long enough for a Quorum acknowledgement at the owner.
         let timeout = Duration::from_millis(self.node.config.publish_quorum_timeout_ms)

@@ -1,8 +1,11 @@
 //! The routes a broker serves to other brokers on its internal address, next to the control
-//! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader) and
-//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard).
+//! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader),
+//! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard),
+//! `POST /repl/segment` (a range of records for a replica rewriting a damaged segment),
+//! `POST /repl/groups` (a copy of a shard's group journal, `crate::groups::copy`) and
+//! `POST /repl/cache` (a cache operation forwarded to the key's owner).
 //!
-//! Invariant: until the broker has started, both routes refuse with a retryable error;
+//! Invariant: until the broker has started, every route refuses with a retryable error;
 //! nothing here decides anything the client protocol does not decide the same way. Who may
 //! call them is decided before these handlers run: with a cluster secret, the control
 //! plane's server refuses unsigned requests (`felix_meta::network::require_signed`).
@@ -18,6 +21,7 @@ use felix_wire::protocol::{ErrorBody, codes};
 use crate::broker::Broker;
 use crate::forward::{ForwardedAnswer, serve_forwarded_publish};
 use crate::replication::leader::serve_fetch;
+use crate::replication::segment_copy::{self, SegmentCopyRequest};
 use crate::replication::transport::{FetchError, FetchRequest};
 
 /// The broker behind the internal routes, set once it has started.
@@ -28,6 +32,9 @@ pub fn router(slot: BrokerSlot) -> axum::Router {
     axum::Router::new()
         .route("/repl/fetch", post(fetch))
         .route("/repl/publish", post(forwarded_publish))
+        .route("/repl/segment", post(segment))
+        .route(crate::groups::copy::PATH, post(crate::groups::copy::serve))
+        .route(crate::cache::forward::ROUTE, post(forwarded_cache))
         .with_state(slot)
 }
 
@@ -49,6 +56,18 @@ async fn forwarded_publish(
     Json(serve_forwarded_publish(&broker, &headers, body).await)
 }
 
+/// A cache operation forwarded by a broker that does not own the key (`cache::forward`).
+async fn forwarded_cache(
+    State(slot): State<BrokerSlot>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Bytes {
+    match slot.get().and_then(Weak::upgrade) {
+        Some(broker) => crate::cache::requests::serve_forwarded(&broker, &headers, body).await,
+        None => crate::cache::requests::starting(),
+    }
+}
+
 async fn fetch(
     State(slot): State<BrokerSlot>,
     Json(req): Json<FetchRequest>,
@@ -62,4 +81,15 @@ async fn fetch(
         .map_err(|e| FetchError::Failed(e.message))?;
     drop(broker);
     serve_fetch(shard, req).await
+}
+
+async fn segment(
+    State(slot): State<BrokerSlot>,
+    Json(req): Json<SegmentCopyRequest>,
+) -> Result<Bytes, FetchError> {
+    let broker = slot
+        .get()
+        .and_then(Weak::upgrade)
+        .ok_or_else(|| FetchError::Failed("the broker is starting".into()))?;
+    segment_copy::serve(&broker, req).await
 }

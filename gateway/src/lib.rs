@@ -12,6 +12,7 @@
 //! * [`fencing`] — `publish_if`: a publish written only at the expected offset.
 //! * [`forward`] — a publish sent on to the shard's leader.
 //! * [`groups`] — consumer groups: claims, acknowledgements, redelivery, dead letters.
+//! * [`cache`] — the cache: keys routed to one owner, TTL, counters, watches, compaction.
 //! * [`fanout`] — live delivery, per-subscriber queues, drops and `subscription_lagged`.
 //! * [`subscription`] — catch-up from history, then live.
 //! * [`pull`] — pull reads of a durable shard (the Kafka fetch path).
@@ -24,6 +25,7 @@
 //! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
 //! * [`metrics`] — the `felix_*` Prometheus metrics.
 //! * [`stream_files`] — which files on disk belong to which stream (incarnations).
+//! * [`store_probe`] — whether the object store is up (`felix_tier_store_up`), seen within seconds.
 //! * [`disk`] — the data volume's free space and the reserve publishes leave for the control plane.
 //! * [`corruption`] — stored data that fails its checks: the error, the counter, the log.
 //! * [`ephemeral`] — ephemeral shards: publishing at most once, one leader per shard.
@@ -45,6 +47,7 @@ pub mod admin;
 pub mod admission;
 pub mod auth;
 pub mod broker;
+pub mod cache;
 pub mod cluster_secret;
 pub mod config;
 pub mod corruption;
@@ -73,9 +76,11 @@ pub mod quota;
 pub mod replication;
 pub mod retention;
 pub mod routing;
+pub mod segment_repair;
 pub mod server;
 pub mod shard;
 pub mod shards;
+pub mod store_probe;
 pub mod stream_files;
 pub mod streams;
 pub mod subscription;

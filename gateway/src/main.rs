@@ -199,6 +199,8 @@ async fn serve(config: &BrokerConfig, meta: &MetaNode, slot: BrokerSlot) -> anyh
         .context("start the broker")?;
     // Consumer groups' once-a-second pass (lapsed dead letters, compaction, gauges).
     tokio::spawn(felix_gateway::groups::sweep::run(Arc::downgrade(&broker)));
+    // Caches' once-a-second pass (expiry deletes, compaction, gauges).
+    tokio::spawn(felix_gateway::cache::sweep::run(Arc::downgrade(&broker)));
     let _ = slot.set(Arc::downgrade(&broker));
     let result = listen(config, &broker, metrics).await;
     if result.is_err() {

@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 
 use crate::corruption::TierLabel;
 
+pub mod cold_read;
 pub mod kafka;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -103,6 +104,10 @@ pub struct Metrics {
     pub groups: crate::groups::metrics::GroupMetrics,
     /// Shard moves (`moves/metrics.rs`).
     pub moves: crate::moves::metrics::MoveMetrics,
+    /// Cold read-ahead (`metrics/cold_read.rs`).
+    pub cold_read: cold_read::ColdReadMetrics,
+    /// The cache (`cache/metrics.rs`).
+    pub cache: crate::cache::metrics::CacheMetrics,
 }
 
 impl Default for Metrics {
@@ -156,6 +161,8 @@ impl Metrics {
             tier_store_puts: Counter::default(),
             groups: Default::default(),
             moves: Default::default(),
+            cold_read: Default::default(),
+            cache: Default::default(),
             registry: Registry::default(),
         };
         // prometheus-client appends `_total` to counters.
@@ -347,6 +354,8 @@ impl Metrics {
         // first event at 1 is invisible to it).
         m.groups.register(&mut registry);
         m.moves.register(&mut registry);
+        m.cold_read.register(&mut registry);
+        m.cache.register(&mut registry);
         for listener in ["quic", "kafka"] {
             let _ = m.connections_refused.get_or_create(&ListenerLabel {
                 listener: listener.to_owned(),

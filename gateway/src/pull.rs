@@ -107,7 +107,7 @@ impl Broker {
             match tier.read(pos, max_bytes.max(1), Some(high_watermark)).await {
                 Ok(read) if !read.batches.is_empty() => {
                     if let Some(damage) = &read.hot_damage {
-                        crate::corruption::served_around(damage);
+                        crate::segment_repair::served_around(&tier, damage);
                     }
                     return Ok(ShardRead {
                         batches: read.batches,
@@ -122,7 +122,10 @@ impl Broker {
                 }
                 // No whole batch below the bound from here: a gap up to it.
                 Ok(_) => pos = high_watermark,
-                Err(e) => return Err(cold_error(&e)),
+                Err(e) => {
+                    crate::segment_repair::refused(&self.node, &shard, &e);
+                    return Err(cold_error(&e));
+                }
             }
         }
         Ok(ShardRead {

@@ -543,6 +543,21 @@ async fn handle_stream(
             Ok(answer) => Response::Cluster(answer),
             Err(e) => Response::Error(e),
         },
+        Request::Cache(request) => {
+            if matches!(request, felix_wire::cache::CacheRequest::Watch { .. }) {
+                crate::cache::watch::serve_watch(&mut send, &broker, credential, request).await;
+                let _ = send.finish();
+                return;
+            }
+            let token = credential.map(Credential::token);
+            let (response, body) =
+                crate::cache::requests::serve(&broker, request, frame.body, token, false).await;
+            let frame = Frame::new(FrameKind::Response, &response, body);
+            let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
+            let _ = send.write_all_chunks(&mut chunks).await;
+            let _ = send.finish();
+            return;
+        }
         Request::Group(request) => {
             // A client that goes away ends its parked poll (which then claims nothing);
             // a poll's answer carries its records as a body.

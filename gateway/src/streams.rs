@@ -97,6 +97,16 @@ impl Broker {
         name: &str,
         config: StreamConfig,
     ) -> Result<StreamInfo, ErrorBody> {
+        if crate::cache::names::is_cache_stream(name) {
+            return Err(err(
+                codes::INVALID_ARGUMENT,
+                "invalid_argument",
+                format!(
+                    "stream names starting {:?} are the caches' own",
+                    crate::cache::names::CACHE_STREAM_PREFIX
+                ),
+            ));
+        }
         let d = StreamSettings::default();
         let settings = StreamSettings {
             // The spec: a stream is ephemeral unless declared durable.
@@ -273,7 +283,9 @@ impl Broker {
             require_namespace(&reg, tenant, namespace)?;
             reg.streams
                 .values()
+                // A cache's stream is listed as a cache (`cache list`), not as a stream.
                 .filter(|s| s.tenant == tenant && s.namespace == namespace)
+                .filter(|s| !crate::cache::names::is_cache_stream(&s.name))
                 .map(|s| (s.name.clone(), s.version, s.settings.clone()))
                 .collect()
         };
@@ -348,6 +360,8 @@ impl Broker {
             .streams
             .values()
             .filter(|s| s.tenant == tenant && s.namespace == namespace)
+            // Caches' streams are not topics a Kafka client lists.
+            .filter(|s| !crate::cache::names::is_cache_stream(&s.name))
             .map(|s| StreamShape {
                 name: s.name.clone(),
                 shards: s.settings.shards,

@@ -11,8 +11,8 @@
 //! retention removed history (the offsets show the jump) or, for a client that did not offer
 //! `subscription_lagged`, where its queue overflowed.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 use felix_cold::ColdError;
 use felix_cold::tiered::Tier;
@@ -22,6 +22,7 @@ use tracing::warn;
 use crate::broker::Broker;
 use crate::errors::{cold_error, err};
 use crate::fanout::{Delivery, LiveBatch, SubReceiver, sub_queue};
+use crate::node::Node;
 use crate::replication::role::Role;
 use crate::shard::{Shard, shard_key};
 
@@ -33,6 +34,8 @@ pub struct Subscription {
     /// Most bytes one history read takes: the subscription's share of its connection's
     /// `subscriber_egress_max_bytes` (see [`Subscription::set_egress_share`]).
     read_limit: usize,
+    /// The broker's node, to start rewriting a damaged segment a read was refused on.
+    node: Weak<Node>,
 }
 
 /// Largest history read, and the default share.
@@ -155,7 +158,7 @@ impl Subscription {
                     match tier.read(*pos, self.read_limit, Some(cursor)).await {
                         Ok(read) if !read.batches.is_empty() => {
                             if let Some(damage) = &read.hot_damage {
-                                crate::corruption::served_around(damage);
+                                crate::segment_repair::served_around(tier, damage);
                             }
                             let batch = LiveBatch {
                                 first_offset: *pos,
@@ -181,6 +184,9 @@ impl Subscription {
                         }
                         Err(e) => {
                             warn!(shard = %shard.key, error = %e, "subscription read failed");
+                            if let Some(node) = self.node.upgrade() {
+                                crate::segment_repair::refused(&node, shard, &e);
+                            }
                             return SubEvent::Failed(cold_error(&e));
                         }
                     }
@@ -269,6 +275,7 @@ impl Broker {
                 .fanout
                 .join_now(q, || shard.ephemeral_next.load(Ordering::Acquire));
             return Ok(Subscription {
+                node: Arc::downgrade(&self.node),
                 read_limit: MAX_HISTORY_READ,
                 start_offset: live,
                 live_offset: live,
@@ -314,6 +321,7 @@ impl Broker {
                 .clamp(first, live),
         };
         Ok(Subscription {
+            node: Arc::downgrade(&self.node),
             read_limit: MAX_HISTORY_READ,
             start_offset: start,
             live_offset: live,

@@ -12,7 +12,9 @@ mod broker {
     mod auth;
     mod backpressure;
     mod bad_input;
+    mod cache;
     mod cluster;
+    mod cold_replay;
     mod common;
     mod corruption;
     mod deletes;
@@ -24,17 +26,21 @@ mod broker {
     mod felixctl;
     mod fencing;
     mod groups;
+    mod groups_auth;
+    mod groups_failover;
     mod idempotence;
     mod internal_auth;
     mod kafka;
     mod kafka_admin;
     mod kafka_auth;
     mod kafka_clients;
+    mod kafka_share;
     mod leases;
     mod limits;
     mod moves;
     mod oidc;
     mod ordering;
     mod quotas;
+    mod repair;
     mod tiering;
 }

@@ -55,8 +55,9 @@ pub(crate) fn open_segments(dir: &Path, cfg: &LogConfig) -> Result<Recovered, Lo
             {
                 bases.push(base);
             }
-        } else if name.ends_with(".index.tmp") {
-            // An index write interrupted by a crash; the segment's index is rebuilt if needed.
+        } else if name.ends_with(".index.tmp") || name.ends_with(crate::repair::REPAIR_SUFFIX) {
+            // An index write or a segment repair interrupted by a crash; the segment's index
+            // is rebuilt if needed, and a repair not renamed into place never happened.
             let _ = std::fs::remove_file(entry.path());
         }
     }
@@ -213,7 +214,7 @@ fn open_one(dir: &Path, base: u64, is_last: bool, cfg: &LogConfig) -> Result<Seg
 }
 
 /// Scans a sealed segment completely; any invalid batch is corruption.
-fn scan(seg: &Segment, len: u64, cfg: &LogConfig) -> Result<(), LogError> {
+pub(crate) fn scan(seg: &Segment, len: u64, cfg: &LogConfig) -> Result<(), LogError> {
     let mut expect = seg.base_offset;
     let mut err = None;
     let end = seg.walk(

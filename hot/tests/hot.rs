@@ -7,5 +7,6 @@ mod hot {
     mod damage;
     pub mod damage_case;
     mod recovery;
+    mod repair;
     mod shared_read;
 }

@@ -13,6 +13,7 @@
 //!   codes and feature bits (documented in docs/protocol.md).
 //! * [`groups`] — the consumer-group requests and answers inside the protocol.
 //! * [`moves`] — the cluster operations (brokers, drains, shard moves) inside the protocol.
+//! * [`cache`] — the cache requests, answers and watch changes inside the protocol.
 //! * [`murmur2`] — the key → shard hash (Kafka's default partitioner).
 //! * [`record`] — the records inside a batch: encoding a batch from records
 //!   ([`BatchBuilder`], [`RecordFields`] for one record) and decoding one back.
@@ -21,6 +22,7 @@
 //! Every decoder returns a typed [`WireError`] for any input and never panics.
 
 pub mod batch;
+pub mod cache;
 pub mod checked;
 pub mod codec;
 pub mod error;

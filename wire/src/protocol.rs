@@ -465,6 +465,8 @@ pub enum Request {
     Group(crate::groups::GroupRequest),
     /// A cluster operation ([`crate::moves`]).
     Cluster(crate::moves::ClusterRequest),
+    /// A cache request ([`crate::cache`]); a put's value is the body.
+    Cache(crate::cache::CacheRequest),
 }
 
 /// A response: the header of a `Response` frame.
@@ -526,6 +528,8 @@ pub enum Response {
     Group(crate::groups::GroupResponse),
     /// The answer to a cluster operation ([`crate::moves`]).
     Cluster(crate::moves::ClusterResponse),
+    /// The answer to a cache request ([`crate::cache`]); a found value is the body.
+    Cache(crate::cache::CacheResponse),
     Error(ErrorBody),
 }
 
@@ -571,6 +575,8 @@ pub enum Event {
     },
     /// The subscription ended (lagged, shard gone, broker stopping).
     End(ErrorBody),
+    /// A change a cache watch delivers; the body is the new value of a put.
+    CacheChange(crate::cache::CacheChange),
 }
 
 /// An error: a stable numeric code, a stable reason, a human message, and for retryable
@@ -655,10 +661,20 @@ pub mod codes {
     /// `publish_if` or a group `commit` found another offset than expected (reason
     /// `expected_offset_mismatch`); `next_offset` carries the actual one. Nothing written.
     pub const EXPECTED_OFFSET_MISMATCH: u16 = 28;
-    // 29–52 are other issues' codes.
-    /// A subscription ended because its shard moved to another broker (reason
-    /// `shard_moved`): everything committed before the hand-over was delivered; `leader`
-    /// and `leader_addr` name the new owner, where it resumes. Retryable there.
+    /// A cache value over `MAX_VALUE_BYTES` (1 MiB; reason `value_too_large`). Large values
+    /// belong in object storage. Nothing written.
+    pub const VALUE_TOO_LARGE: u16 = 45;
+    /// No cache of that name in the namespace (reason `unknown_cache`).
+    pub const UNKNOWN_CACHE: u16 = 46;
+    /// A cache write's owner lost the shard before a majority held the write (reason
+    /// `leadership_lost`): its outcome is unknown, not failed.
+    pub const LEADERSHIP_LOST: u16 = 47;
+    /// `counter_add` or `counter_get` on a key whose value is not a decimal integer, or an
+    /// add that would overflow 64 bits (reason `not_a_counter`). Nothing written.
+    pub const NOT_A_COUNTER: u16 = 48;
+    /// A subscription ended because its shard was handed over to another broker (reason
+    /// `shard_moved`); `leader` names the new owner, where it resumes after the last offset
+    /// received.
     pub const SHARD_MOVED: u16 = 53;
     /// A shard move was refused because another move of the shard is under way (reason
     /// `move_in_progress`); nothing changed. Retry once it finished.

@@ -40,10 +40,12 @@ use parquet::file::metadata::KeyValue;
 use serde::{Deserialize, Serialize};
 
 mod digest;
+mod digest_switch;
 mod encode;
 mod footer;
 mod rebuild;
 
+pub use digest_switch::skip_content_digests;
 pub use encode::{SegmentEncoder, encode_to_bytes};
 pub use footer::{ObjectFooter, RowGroupInfo};
 pub use rebuild::{DecodedRowGroup, decode_row_group};

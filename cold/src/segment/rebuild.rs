@@ -129,7 +129,10 @@ pub fn decode_row_group(
         .total_byte_size()
         .clamp(0, MAX_REBUILD_RESERVE as i64) as usize;
     let mut rebuild = Rebuild::new(rg, empties.collect(), capacity);
-    rebuild.digest = rg.content_digest.map(|_| 0);
+    rebuild.digest = rg
+        .content_digest
+        .filter(|_| super::digest_switch::content_digests_checked())
+        .map(|_| 0);
     // The Parquet and Arrow readers can panic on some damaged bytes (a flipped bit in a
     // page's definition levels has made arrow-buffer index out of bounds) instead of
     // returning an error; that is corruption too, and must not take the caller down.

@@ -26,7 +26,9 @@
 //! * `guard` — the bounds themselves: permits, per-attempt timeouts, which failures are
 //!   retried and after how long;
 //! * `guarded` — every `ObjectStore` call (GETs, listings, multipart parts, bulk deletes)
-//!   routed through the guard.
+//!   routed through the guard;
+//! * `ping` — a liveness probe outside the guard, so a hung store is seen in seconds;
+//! * `simulated` — GETs slowed as a distant store's would be (benchmarks and tests only).
 
 use std::fmt;
 use std::ops::Range;
@@ -45,13 +47,16 @@ use tokio::sync::Semaphore;
 
 mod guard;
 mod guarded;
+mod ping;
 mod s3;
+mod simulated;
 mod url;
 
 use guard::{Guard, http_status_of, is_transient, timed_out};
 use guarded::GuardedStore;
 use url::{Backend, parse_url};
 
+pub use simulated::SimulatedLatency;
 pub use url::validate_url;
 
 /// GETs up to this size are read whole inside their attempt; larger ones stream.
@@ -81,6 +86,9 @@ pub struct StoreConfig {
     pub retry_backoff: Duration,
     /// Object-store calls in flight at once, across everything using this store.
     pub max_concurrency: usize,
+    /// GETs answered as a distant store would (benchmarks and tests only; see
+    /// [`SimulatedLatency`]). Inactive by default.
+    pub simulated: SimulatedLatency,
 }
 
 impl Default for StoreConfig {
@@ -95,6 +103,7 @@ impl Default for StoreConfig {
             max_retries: 5,
             retry_backoff: Duration::from_millis(100),
             max_concurrency: 16,
+            simulated: SimulatedLatency::default(),
         }
     }
 }
@@ -218,6 +227,7 @@ pub struct TierStore {
     store: Arc<GuardedStore>,
     prefix: Path,
     description: Arc<str>,
+    max_concurrency: usize,
 }
 
 impl fmt::Debug for TierStore {
@@ -265,6 +275,20 @@ impl TierStore {
             }
             Backend::S3 { bucket } => s3::open_s3(cfg, bucket, &url.prefix, credentials).await?,
         };
+        let (inner, description) = if cfg.simulated.is_active() {
+            let slowed: Arc<dyn ObjectStore> =
+                Arc::new(simulated::SimulatedStore::new(inner, cfg.simulated));
+            let s = cfg.simulated;
+            let note = format!(
+                "{description} (simulated GETs: {} ms first byte + up to {} ms, {} bytes/s)",
+                s.first_byte.as_millis(),
+                s.jitter.as_millis(),
+                s.bytes_per_sec
+            );
+            (slowed, note)
+        } else {
+            (inner, description)
+        };
         Ok(Self::build(inner, url.prefix, cfg, description))
     }
 
@@ -296,7 +320,13 @@ impl TierStore {
             store: Arc::new(GuardedStore { inner, guard }),
             prefix,
             description: description.into(),
+            max_concurrency: cfg.max_concurrency.max(1),
         }
+    }
+
+    /// Calls allowed in flight at once (`max_concurrency`).
+    pub fn max_concurrency(&self) -> usize {
+        self.max_concurrency
     }
 
     /// Where the store is, for logs: e.g. `s3://bucket/prefix (endpoint

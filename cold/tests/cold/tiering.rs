@@ -151,6 +151,7 @@ impl Rig {
                 memory_bytes: 4 << 20,
                 disk_bytes: 16 << 20,
                 decoded_bytes: 4 << 20,
+                read_ahead_bytes: 16 << 20,
                 prefetch_row_groups: opts.prefetch_row_groups,
                 decode_threads: 2,
             },

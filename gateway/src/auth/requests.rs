@@ -9,6 +9,7 @@
 //! request cannot be added without deciding its check.
 
 use felix_meta::auth::{Action, Resource};
+use felix_wire::cache::CacheRequest;
 use felix_wire::groups::GroupRequest;
 use felix_wire::protocol::{ErrorBody, Request};
 
@@ -107,6 +108,20 @@ pub fn check_for(request: &Request) -> Check {
             stream: name,
             ..
         } => Check::Action(Action::StreamSubscribe, stream(tenant, namespace, name)),
+        // A cache's routing table (a client routes a key to its owner) needs a permission on
+        // the cache, not on the stream that holds it.
+        R::Topology {
+            tenant,
+            namespace,
+            stream: name,
+        } if crate::cache::names::is_cache_stream(name) => Check::View(
+            Action::CacheRead,
+            stream(
+                tenant,
+                namespace,
+                crate::cache::names::cache_of_stream(name).unwrap_or_default(),
+            ),
+        ),
         R::ListSegments {
             tenant,
             namespace,
@@ -126,6 +141,26 @@ pub fn check_for(request: &Request) -> Check {
         R::ProducerInit {} => Check::Authenticated,
         R::Group(g) => group_check(g),
         R::Cluster(_) => Check::Action(Action::ClusterManage, Resource::Cluster),
+        R::Cache(c) => cache_check(c),
+    }
+}
+
+/// A cache's operations need `cache.read` or `cache.write` on the cache; creating and
+/// dropping it `cache.manage`, and describing or listing any cache permission there.
+fn cache_check(c: &CacheRequest) -> Check {
+    let (tenant, namespace, name) = c.cache();
+    match c {
+        CacheRequest::List { .. } => {
+            Check::View(Action::CacheManage, Resource::namespace(tenant, namespace))
+        }
+        CacheRequest::Describe { .. } => Check::View(
+            Action::CacheManage,
+            Resource::stream(tenant, namespace, name),
+        ),
+        _ => Check::Action(
+            crate::cache::permissions::action_of(c),
+            Resource::stream(tenant, namespace, name),
+        ),
     }
 }
 
@@ -180,5 +215,102 @@ mod tests {
             namespace: "n".into(),
         };
         assert!(matches!(check_for(&list), Check::View(_, _)));
+    }
+
+    #[test]
+    fn cache_operations_need_cache_read_write_or_manage_on_the_cache() {
+        use felix_wire::cache::CacheRequest as C;
+        let on = Resource::stream("a", "n", "c");
+        let (t, n, c, k) = (
+            || "a".to_owned(),
+            || "n".to_owned(),
+            || "c".to_owned(),
+            || "k".to_owned(),
+        );
+        let cases = [
+            (
+                C::Get {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                },
+                Action::CacheRead,
+            ),
+            (
+                C::CounterGet {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                },
+                Action::CacheRead,
+            ),
+            (
+                C::Watch {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: Some(k()),
+                    prefix: None,
+                },
+                Action::CacheRead,
+            ),
+            (
+                C::Put {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                    ttl_ms: None,
+                    condition: None,
+                },
+                Action::CacheWrite,
+            ),
+            (
+                C::Delete {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                    condition: None,
+                },
+                Action::CacheWrite,
+            ),
+            (
+                C::CounterAdd {
+                    tenant: t(),
+                    namespace: n(),
+                    cache: c(),
+                    key: k(),
+                    delta: 1,
+                },
+                Action::CacheWrite,
+            ),
+            (
+                C::Create {
+                    tenant: t(),
+                    namespace: n(),
+                    name: c(),
+                    config: Default::default(),
+                },
+                Action::CacheManage,
+            ),
+            (
+                C::Drop {
+                    tenant: t(),
+                    namespace: n(),
+                    name: c(),
+                },
+                Action::CacheManage,
+            ),
+        ];
+        for (request, action) in cases {
+            assert_eq!(
+                check_for(&Request::Cache(request.clone())),
+                Check::Action(action, on.clone()),
+                "{request:?}"
+            );
+        }
     }
 }

@@ -101,6 +101,18 @@ fn at_least_one(key: &str, value: u64) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A benchmark tool (a simulated distant object store): accepted only on a broker started
+/// with `FELIX_FAULT_INJECTION=1`, so it cannot slow a production broker by mistake.
+fn fault_injection_only(key: &str, value: u64) -> Result<(), ConfigError> {
+    if value == 0 || std::env::var("FELIX_FAULT_INJECTION").is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    Err(invalid(
+        key,
+        "is a benchmark tool: it is accepted only with FELIX_FAULT_INJECTION=1",
+    ))
+}
+
 impl BrokerConfig {
     /// Loads the configuration from the defaults, the TOML file, the process environment
     /// and `args` (the parsed flags), in increasing precedence, and validates it.
@@ -152,6 +164,11 @@ impl BrokerConfig {
             op_timeout: std::time::Duration::from_millis(self.object_store_timeout_ms),
             max_retries: self.object_store_max_retries,
             max_concurrency: self.object_store_concurrency,
+            simulated: felix_cold::store::SimulatedLatency {
+                first_byte: std::time::Duration::from_millis(self.object_store_get_latency_ms),
+                jitter: std::time::Duration::from_millis(self.object_store_get_jitter_ms),
+                bytes_per_sec: self.object_store_get_bytes_per_sec,
+            },
             ..felix_cold::store::StoreConfig::default()
         }
     }
@@ -162,6 +179,7 @@ impl BrokerConfig {
             memory_bytes: self.cache_memory_bytes,
             disk_bytes: self.cache_disk_bytes,
             prefetch_row_groups: self.cold_prefetch_row_groups,
+            read_ahead_bytes: self.cold_read_ahead_bytes,
             decode_threads: self.cold_decode_threads,
             ..felix_cold::cache::CacheConfig::new(
                 self.cache_dir

@@ -16,7 +16,8 @@ use super::cluster::{cluster_serde, listen_addr, parse_cluster};
 use super::secret::{ClusterSecret, parse_secret};
 use super::sources::parse_bool;
 use super::{
-    CONFIG_ENV, ConfigError, MIB, all_loopback, at_least_one, default_object_store, ip_port,
+    CONFIG_ENV, ConfigError, MIB, all_loopback, at_least_one, default_object_store,
+    fault_injection_only, ip_port,
 };
 
 /// The resolved type of a setting: its declared type, or an `Option` when it has no default.
@@ -230,12 +231,58 @@ settings! {
     #[arg(env = "FELIX_CACHE_DISK_BYTES", value_name = "BYTES")]
     cache_disk_bytes: u64 = 1024 * MIB as u64;
 
-    /// Row groups a sequential cold reader fetches ahead (also across objects); `0` turns
+    /// Memory the in-memory caches of this broker may hold (keys and values of the shards it
+    /// owns); past it a put evicts other entries of its shard, best-effort and in no
+    /// guaranteed order. Log-backed caches do not count: they compact instead.
+    ///
+    /// Default: `268435456` (256 MiB)
+    #[arg(env = "FELIX_KV_MEMORY_BYTES", value_name = "BYTES")]
+    kv_memory_bytes: u64 = 256 * MIB as u64, at_least_one;
+
+    /// Row groups a sequential cold reader fetches ahead (also across objects), at least:
+    /// more when the store's measured GET time calls for it (docs/tiering.md); `0` turns
     /// read-ahead off.
     ///
     /// Default: `2`
     #[arg(env = "FELIX_COLD_PREFETCH_ROW_GROUPS", value_name = "N")]
     cold_prefetch_row_groups: usize = 2;
+
+    /// Bytes a broker's cold readers may have fetched ahead and not yet read, together (as
+    /// fetched, compressed). Read-ahead beyond it waits for readers to catch up.
+    ///
+    /// Default: `67108864` (64 MiB)
+    #[arg(env = "FELIX_COLD_READ_AHEAD_BYTES", value_name = "BYTES")]
+    cold_read_ahead_bytes: u64 = 64 * MIB as u64, at_least_one;
+
+    /// Benchmark tool, not a production setting (refused without `FELIX_FAULT_INJECTION=1`):
+    /// every GET to the object store first waits this long, as a distant store's first
+    /// byte would.
+    ///
+    /// Default: `0` (off)
+    #[arg(env = "FELIX_OBJECT_STORE_GET_LATENCY_MS", value_name = "MS")]
+    object_store_get_latency_ms: u64 = 0, fault_injection_only;
+
+    /// Benchmark tool (`FELIX_FAULT_INJECTION=1` only): up to this much more first-byte
+    /// latency per GET, drawn uniformly (a tail).
+    ///
+    /// Default: `0` (off)
+    #[arg(env = "FELIX_OBJECT_STORE_GET_JITTER_MS", value_name = "MS")]
+    object_store_get_jitter_ms: u64 = 0, fault_injection_only;
+
+    /// Benchmark tool (`FELIX_FAULT_INJECTION=1` only): the bandwidth of one GET to the
+    /// object store, as a distant store caps a connection's.
+    ///
+    /// Default: `0` (unlimited)
+    #[arg(env = "FELIX_OBJECT_STORE_GET_BYTES_PER_SEC", value_name = "BYTES")]
+    object_store_get_bytes_per_sec: u64 = 0, fault_injection_only;
+
+    /// Benchmark tool (`FELIX_FAULT_INJECTION=1` only): cold reads skip the content-digest
+    /// check of rebuilt row groups, to measure what the check costs. Never in production:
+    /// bytes that rotted in a way Parquet still decodes would be served.
+    ///
+    /// Default: `false`
+    #[arg(env = "FELIX_COLD_SKIP_CONTENT_DIGESTS", value_name = "BOOL", value_parser = parse_bool, num_args = 0..=1, default_missing_value = "true")]
+    cold_skip_content_digests: bool = false, fault_injection_only;
 
     /// Threads that decode row groups fetched from the object store, shared by every cold
     /// reader, at nice +10 so replays yield CPU to publishing; at least 1.

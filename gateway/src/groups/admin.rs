@@ -4,11 +4,10 @@
 
 use felix_meta::model::{Command, Group, GroupSettings, GroupStart};
 use felix_wire::groups::{self as wg, GroupConfig, GroupInfo};
-use felix_wire::protocol::{ErrorBody, codes};
+use felix_wire::protocol::ErrorBody;
 
 use super::now_ms;
 use crate::broker::Broker;
-use crate::errors::err;
 
 const DEFAULT_VISIBILITY_TIMEOUT_MS: u64 = 30_000;
 const DEFAULT_MAX_ATTEMPTS: u32 = 5;
@@ -55,22 +54,7 @@ impl Broker {
         name: &str,
         config: GroupConfig,
     ) -> Result<GroupInfo, ErrorBody> {
-        let (_, stream_settings) = self.node.stream_settings(tenant, namespace, stream)?;
-        if self.node.cluster && stream_settings.replicas > 1 {
-            // Progress is kept on the shard's leader only (docs/groups.md): after a failover
-            // the new leader would hand out acknowledged records again, which the spec
-            // forbids. Refused until group journals are replicated with their shards.
-            return Err(err(
-                codes::INVALID_ARGUMENT,
-                "groups_not_replicated",
-                format!(
-                    "stream {tenant}/{namespace}/{stream} has {} replicas: consumer-group \
-                     progress is not replicated yet, so a group needs a stream of 1 replica \
-                     (docs/groups.md)",
-                    stream_settings.replicas
-                ),
-            ));
-        }
+        self.node.stream_settings(tenant, namespace, stream)?;
         let settings = GroupSettings {
             visibility_timeout_ms: config
                 .visibility_timeout_ms

@@ -1,5 +1,5 @@
 //! A consumer's answers to its claims: ack (retire for good), nack (release now or after a
-//! delay), extend (hold longer).
+//! delay), extend (hold longer), reject (dead-letter now: a Kafka share consumer's REJECT).
 //!
 //! Decides when an answer is taken: only from the consumer that holds the claim, for the
 //! attempt it was handed, before its deadline. The invariants: an answer with any claim not
@@ -12,7 +12,7 @@ use felix_wire::groups::ClaimRef;
 use felix_wire::protocol::{ErrorBody, codes};
 
 use super::cursor::Event;
-use super::{GroupShard, now_ms};
+use super::now_ms;
 use crate::broker::Broker;
 use crate::errors::err;
 
@@ -32,6 +32,10 @@ pub(crate) enum Answer {
     },
     Extend {
         visibility_ms: Option<u64>,
+    },
+    /// Not to be processed by anyone: dead-lettered now, whatever its attempts.
+    Reject {
+        reason: Option<String>,
     },
 }
 
@@ -64,15 +68,15 @@ impl Broker {
             )));
         }
         match &answer {
-            Answer::Nack { delay_ms, reason } => {
-                if *delay_ms > MAX_DELAY_MS {
-                    return Err(invalid(format!("delay_ms must be at most {MAX_DELAY_MS}")));
-                }
-                if reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_LEN) {
-                    return Err(invalid(format!(
-                        "a nack reason is at most {MAX_REASON_LEN} bytes"
-                    )));
-                }
+            Answer::Nack { delay_ms, .. } if *delay_ms > MAX_DELAY_MS => {
+                return Err(invalid(format!("delay_ms must be at most {MAX_DELAY_MS}")));
+            }
+            Answer::Nack { reason, .. } | Answer::Reject { reason }
+                if reason.as_ref().is_some_and(|r| r.len() > MAX_REASON_LEN) =>
+            {
+                return Err(invalid(format!(
+                    "a nack reason is at most {MAX_REASON_LEN} bytes"
+                )));
             }
             Answer::Extend {
                 visibility_ms: Some(v),
@@ -107,6 +111,13 @@ impl Broker {
                 },
                 Vec::new(),
             ),
+            Answer::Reject { reason } => (
+                Event::Reject {
+                    offsets,
+                    reason: reason.clone(),
+                },
+                Vec::new(),
+            ),
             Answer::Extend { visibility_ms } => {
                 let deadline_ms = now + visibility_ms.unwrap_or(visibility) as i64;
                 (
@@ -123,15 +134,16 @@ impl Broker {
             _ => 0,
         };
         let mut tickets = vec![gs.record(&group.name, &mut c, vec![event]).await?];
-        // A nack of a record's last delivery dead-letters it now, not at the next poll.
-        if matches!(answer, Answer::Nack { .. })
+        // A nack of a record's last delivery, or a reject, dead-letters it now, not at the
+        // next poll.
+        if matches!(answer, Answer::Nack { .. } | Answer::Reject { .. })
             && let Some(t) = super::dead_letter::settle(self, &gs, &group, &mut c, now).await
         {
             tickets.push(t);
         }
         drop(c);
         for t in tickets {
-            GroupShard::written(t).await?;
+            gs.written(t).await?;
         }
         self.node.metrics.group_acked(&gs.key, &group.name, acked);
         Ok(deadlines)

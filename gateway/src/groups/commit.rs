@@ -12,7 +12,7 @@
 use felix_wire::protocol::{ErrorBody, codes};
 
 use super::cursor::Event;
-use super::{GroupShard, now_ms};
+use super::now_ms;
 use crate::broker::Broker;
 use crate::errors::err;
 
@@ -83,7 +83,7 @@ impl Broker {
         let ticket = gs.record(&group.name, &mut cursor, events).await?;
         let now = cursor.position();
         drop(cursor);
-        GroupShard::written(ticket).await?;
+        gs.written(ticket).await?;
         Ok(now)
     }
 }

@@ -46,6 +46,10 @@ pub(crate) struct Pending {
     /// dead-letter shard's leader recognises it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter: Option<(u32, i32)>,
+    /// Rejected by its holder (a Kafka share consumer's REJECT): dead-lettered whatever
+    /// its attempts, never handed out again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rejected: bool,
 }
 
 impl Pending {
@@ -61,6 +65,7 @@ impl Pending {
     /// lapsed or was nacked (a nack with a delay does not wait it out).
     pub(crate) fn exhausted(&self, max_attempts: u32, now_ms: i64) -> bool {
         self.dead_letter.is_some()
+            || self.rejected
             || (self.attempts >= max_attempts
                 && (matches!(self.hold, Hold::Released { .. }) || self.due(now_ms)))
     }
@@ -111,6 +116,12 @@ pub(crate) enum Event {
         offsets: Vec<u64>,
         deadline_ms: i64,
     },
+    /// Records their holder will not process: dead-lettered next, whatever their attempts.
+    Reject {
+        offsets: Vec<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     Producer {
         id: i64,
         epoch: i16,
@@ -128,6 +139,12 @@ pub(crate) enum Event {
     /// The whole progress (compaction).
     Snapshot {
         progress: Progress,
+    },
+    /// The shard's log ends at `to` on a new leader (a Leader stream's failover lost the
+    /// records the old leader had past it): those offsets will hold other records, which
+    /// this group has not seen.
+    Rewind {
+        to: u64,
     },
 }
 
@@ -172,6 +189,7 @@ impl Cursor {
                         hold: Hold::Released { not_before_ms: 0 },
                         reason: None,
                         dead_letter: None,
+                        rejected: false,
                     });
                     entry.attempts = *attempt;
                     entry.hold = Hold::Claimed {
@@ -216,6 +234,15 @@ impl Cursor {
                     }
                 }
             }
+            Event::Reject { offsets, reason } => {
+                for o in offsets {
+                    if let Some(e) = p.pending.get_mut(o) {
+                        e.hold = Hold::Released { not_before_ms: 0 };
+                        e.reason = reason.clone();
+                        e.rejected = true;
+                    }
+                }
+            }
             Event::Producer { id, epoch } => {
                 p.producer = Some((*id, *epoch));
                 p.sequences.clear();
@@ -233,6 +260,10 @@ impl Cursor {
                 }
             }
             Event::Snapshot { progress } => self.progress = progress.clone(),
+            Event::Rewind { to } => {
+                p.pending.retain(|o, _| o < to);
+                p.next = p.next.map(|n| n.min(*to));
+            }
         }
     }
 
@@ -348,6 +379,20 @@ mod tests {
     }
 
     #[test]
+    fn a_rewind_forgets_what_lies_past_the_new_end_and_keeps_the_rest() {
+        let mut c = Cursor::new(1);
+        c.apply(&Event::Skip { to: 0 });
+        claim(&mut c, "a", &[(4, 2), (5, 1), (6, 1)], 100, 7);
+        c.apply(&Event::Rewind { to: 5 });
+        assert_eq!(c.progress.pending.keys().copied().collect::<Vec<_>>(), [4]);
+        assert_eq!(c.progress.pending[&4].attempts, 2);
+        assert_eq!(c.progress.next, Some(5));
+        // Nothing past the position: nothing changes.
+        c.apply(&Event::Rewind { to: 9 });
+        assert_eq!(c.progress.next, Some(5));
+    }
+
+    #[test]
     fn only_the_holder_within_its_deadline_may_answer() {
         let mut c = Cursor::new(1);
         c.apply(&Event::Skip { to: 10 });
@@ -429,6 +474,7 @@ mod tests {
             },
             reason: None,
             dead_letter: None,
+            rejected: false,
         };
         assert!(!p.exhausted(3, 5));
         assert!(p.exhausted(3, 10));
@@ -438,5 +484,14 @@ mod tests {
             ..p
         };
         assert!(nacked.exhausted(3, 5));
+        let rejected = Pending {
+            attempts: 1,
+            rejected: true,
+            ..nacked
+        };
+        assert!(
+            rejected.exhausted(3, 5),
+            "a rejected record is dead-lettered at once"
+        );
     }
 }

@@ -22,6 +22,7 @@ use tracing::warn;
 
 use super::GroupShard;
 use super::cursor::{Cursor, Event};
+use super::duty::BrokerDuty;
 use crate::broker::Broker;
 use crate::publish::Publisher;
 
@@ -94,7 +95,7 @@ async fn publish_all(
         let t = gs
             .record(&group.name, c, vec![Event::Producer { id, epoch }])
             .await?;
-        GroupShard::written(t).await?;
+        gs.written(t).await?;
     }
     let Some((producer, epoch)) = c.progress.producer else {
         return Ok(None);
@@ -122,7 +123,7 @@ async fn publish_all(
                         }],
                     )
                     .await?;
-                GroupShard::written(t).await?;
+                gs.written(t).await?;
                 (dshard, seq)
             }
         };
@@ -137,13 +138,17 @@ async fn publish_all(
                         e.to_string(),
                     )
                 })?;
+            let duty = BrokerDuty::DeadLetter {
+                tenant: gs.key.tenant.clone(),
+                namespace: gs.key.namespace.clone(),
+                stream: gs.key.stream.clone(),
+                group: group.name.clone(),
+            };
             broker
-                .publish_by(
+                .publish_for(
                     Publisher::client(None),
-                    dt,
-                    dn,
-                    ds,
-                    dshard,
+                    Some(duty),
+                    (dt, dn, ds, dshard),
                     AckMode::Commit,
                     Bytes::from(batch),
                 )

@@ -37,12 +37,26 @@ struct Entry {
 }
 
 /// Opens (or creates) the journal in `dir` and replays it: each group's latest cursor.
-pub(crate) fn open(
+#[cfg(test)]
+fn open(
     dir: &Path,
     name: String,
     fsync: FsyncPolicy,
 ) -> Result<(ShardLog, HashMap<String, Cursor>, u64), LogError> {
-    let log = ShardLog::open(
+    let log = open_log(dir, name, fsync, 0)?;
+    let (cursors, records) = replay_all(&log)?;
+    Ok((log, cursors, records))
+}
+
+/// Opens (or creates) the journal's log in `dir`; an empty one starts at `start_offset`
+/// (a replica re-seeded from a leader whose journal was compacted starts where it does).
+pub(crate) fn open_log(
+    dir: &Path,
+    name: String,
+    fsync: FsyncPolicy,
+    start_offset: u64,
+) -> Result<ShardLog, LogError> {
+    ShardLog::open(
         dir,
         LogConfig {
             shard: name,
@@ -54,9 +68,14 @@ pub(crate) fn open(
                 max_bytes: Some(0),
                 max_age: None,
             },
+            start_offset,
             ..LogConfig::default()
         },
-    )?;
+    )
+}
+
+/// Replays the whole journal: each group's latest cursor, and how many records it read.
+pub(crate) fn replay_all(log: &ShardLog) -> Result<(HashMap<String, Cursor>, u64), LogError> {
     let mut cursors: HashMap<String, Cursor> = HashMap::new();
     let mut records = 0u64;
     let end = log.committed_offset();
@@ -79,7 +98,64 @@ pub(crate) fn open(
         }
         offset = read.next_offset;
     }
-    Ok((log, cursors, records))
+    Ok((cursors, records))
+}
+
+/// The generation of the journal's last batch (`-1` when it has none): what a replica's
+/// copy is compared by (the newest generation first, then the length).
+pub(crate) fn last_generation(log: &ShardLog) -> i32 {
+    let next = log.committed_offset();
+    if next == 0 || next <= log.first_offset() {
+        return -1;
+    }
+    generation_at(log, next - 1).unwrap_or(-1)
+}
+
+/// The generation of the batch holding `offset`, if the journal holds it.
+pub(crate) fn generation_at(log: &ShardLog, offset: u64) -> Option<i32> {
+    let read = log.read(offset, 1, None).ok()?;
+    BatchIter::new(&read.batches, usize::MAX)
+        .flatten()
+        .find(|(h, _)| h.base_offset as u64 <= offset && h.last_offset() as u64 >= offset)
+        .map(|(h, _)| h.partition_leader_epoch)
+}
+
+/// Where generation `generation` ends in this journal: the first offset of a batch of a
+/// newer generation, or the end. A replica whose last batch is of `generation` but does
+/// not match keeps what is below this and cuts the rest.
+pub(crate) fn end_of_generation(log: &ShardLog, generation: i32) -> u64 {
+    let end = log.committed_offset();
+    let mut offset = log.first_offset();
+    while offset < end {
+        let Ok(read) = log.read(offset, 4 << 20, None) else {
+            return offset;
+        };
+        if read.batches.is_empty() {
+            break;
+        }
+        for (h, _) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+            if h.partition_leader_epoch > generation {
+                return h.base_offset as u64;
+            }
+        }
+        offset = read.next_offset;
+    }
+    end
+}
+
+/// Appends a record no group owns: a new leader's first write at its generation, which
+/// makes everything before it part of that generation's history once a majority holds it.
+pub(crate) async fn append_barrier(log: &ShardLog) -> Result<Appended, LogError> {
+    let mut b = BatchBuilder::new(Compression::None);
+    b.push(Record {
+        offset: 0,
+        timestamp: super::cursor::now_ms(),
+        key: None,
+        value: None,
+        headers: Vec::new(),
+    });
+    let batch = b.build().map_err(LogError::InvalidBatch)?;
+    log.append(batch).await
 }
 
 fn replay(cursors: &mut HashMap<String, Cursor>, r: &Record) {
@@ -143,6 +219,38 @@ mod tests {
             records: vec![(offset, 1)],
             next: offset + 1,
         }
+    }
+
+    #[tokio::test]
+    async fn copies_are_compared_by_the_generations_of_their_batches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = open_log(
+            dir.path(),
+            "t/n/s/0/groups".into(),
+            FsyncPolicy::OnCommit,
+            0,
+        )
+        .expect("open");
+        assert_eq!(last_generation(&log), -1, "an empty copy has no generation");
+        log.set_generation(1).expect("generation 1");
+        append(&log, "a", 1, &[Event::Skip { to: 0 }])
+            .await
+            .expect("a");
+        append(&log, "a", 1, &[claim(0)]).await.expect("b");
+        log.set_generation(3).expect("generation 3");
+        let t = append_barrier(&log).await.expect("barrier");
+        t.committed().await.expect("written");
+        assert_eq!(last_generation(&log), 3);
+        assert_eq!(generation_at(&log, 1), Some(1));
+        assert_eq!(generation_at(&log, 2), Some(3));
+        assert_eq!(generation_at(&log, 3), None, "past the end");
+        // A copy whose last batch is of generation 1 or 2 agrees with this one below 2.
+        assert_eq!(end_of_generation(&log, 1), 2);
+        assert_eq!(end_of_generation(&log, 2), 2);
+        assert_eq!(end_of_generation(&log, 3), 3);
+        // The barrier belongs to no group: a replay ignores it.
+        let (cursors, _) = replay_all(&log).expect("replay");
+        assert_eq!(cursors["a"].progress.next, Some(1));
     }
 
     #[tokio::test]

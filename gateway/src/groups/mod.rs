@@ -3,10 +3,16 @@
 //!
 //! * [`cursor`] — one group's progress on one shard and the events that change it.
 //! * [`journal`] — where that progress is durable: a log beside each shard's log.
+//! * `replica.rs` — that log on every replica of the shard, and when a change is replicated
+//!   enough to be answered (a majority on a Quorum stream).
+//! * [`copy`] — copying the journal between replicas; `follow.rs` — a follower's copy loop;
+//!   `recover.rs` — a new leader taking the journal over.
 //! * `poll.rs` — handing records out (claims), long-polls, the quorum mark as the bound.
 //! * `answers.rs` — ack, nack and extend.
 //! * `commit.rs` — a position committed with `expected_offset` (single-writer fencing).
 //! * `dead_letter.rs` — publishing exhausted records to the dead-letter stream, once.
+//! * [`duty`] — a broker's own publishes (dead letters forwarded to another broker) and
+//!   the check their owner makes with `auth` on.
 //! * `admin.rs` — create, describe, list, delete (existence and settings are the control
 //!   plane's).
 //! * `requests.rs` — the QUIC requests, answered.
@@ -15,23 +21,30 @@
 //! * [`metrics`] — the per-group metrics.
 //!
 //! Invariant: a group's progress on a shard is changed only by the broker leading the
-//! shard, under that group's lock, and every change is in the shard's group journal before
-//! the request that made it is answered; in particular a record's attempt number is
-//! written before the record is handed out.
+//! shard, under that group's lock, and every change is in the shard's group journal (on a
+//! Quorum stream: on a majority of its replicas) before the request that made it is
+//! answered; in particular a record's attempt number is written before the record is
+//! handed out.
 
 pub(crate) mod answers;
 pub(crate) mod commit;
+pub mod copy;
 pub(crate) mod cursor;
 pub(crate) mod dead_letter;
+pub mod duty;
+pub(crate) mod follow;
 pub(crate) mod journal;
 pub mod metrics;
 pub(crate) mod poll;
+pub(crate) mod recover;
 pub(crate) mod registry;
+pub(crate) mod replica;
 pub mod requests;
 pub mod sweep;
 
 mod admin;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -71,7 +84,8 @@ impl Broker {
             })
     }
 
-    /// The group journal of a shard this broker leads (opened on first use).
+    /// The groups of a shard this broker leads (opened on first use): on a replicated shard,
+    /// the journal is taken over at the leader's generation first ([`recover`]).
     pub(crate) async fn group_shard(
         &self,
         tenant: &str,
@@ -81,38 +95,64 @@ impl Broker {
     ) -> Result<Arc<GroupShard>, ErrorBody> {
         let key = shard_key(tenant, namespace, stream, shard_no);
         let (shard, _) = self.shard(&key)?;
-        if shard.log.is_none() {
-            return Err(err(
-                codes::INVALID_ARGUMENT,
-                "ephemeral_stream",
-                format!("stream {tenant}/{namespace}/{stream} is ephemeral: it has no groups"),
-            ));
+        let generation = shard.repl.as_ref().and_then(|r| r.leading());
+        // The replicas a change waits for: a placement that grew or moved (same generation)
+        // takes the journal over again, so the new replicas count from then on.
+        let placement = self
+            .node
+            .meta
+            .placement(&key)
+            .filter(|p| generation.is_some() && p.replicas.len() > 1);
+        let replicas = placement
+            .as_ref()
+            .map(|p| p.replicas.clone())
+            .unwrap_or_default();
+        let current = |open: &HashMap<ShardKey, Arc<GroupShard>>| {
+            open.get(&key)
+                .filter(|g| {
+                    Arc::ptr_eq(&g.shard, &shard)
+                        && g.replication.generation == generation
+                        && g.replication.replicas == replicas
+                })
+                .cloned()
+        };
+        if let Some(g) = current(&*self.groups.open.lock().await) {
+            return Ok(g);
         }
-        let mut open = self.groups.open.lock().await;
-        if let Some(g) = open.get(&key)
-            && Arc::ptr_eq(&g.shard, &shard)
-        {
-            return Ok(g.clone());
+        // A re-created stream's shard, or a new leadership: the journal is taken over again,
+        // once (one taking over per shard at a time), and without holding up the other
+        // shards' groups meanwhile: a takeover may wait seconds for other replicas.
+        let one = self
+            .groups
+            .taking_over
+            .lock()
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let _one = one.lock().await;
+        if let Some(g) = current(&*self.groups.open.lock().await) {
+            return Ok(g);
         }
-        // A re-created stream's shard: its journal is another one (the stream directory
-        // was claimed for the new incarnation when the shard was opened).
-        open.remove(&key);
-        let dir = self
-            .shards
-            .stream_dir(tenant, namespace, stream)
-            .join("groups")
-            .join(shard_no.to_string());
-        let fsync = self.node.config.fsync_policy();
-        let name = format!("{key}/groups");
-        let (log, cursors, records) =
-            tokio::task::spawn_blocking(move || journal::open(&dir, name, fsync))
-                .await
-                .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))?
-                .map_err(|e| log_error(&e))?;
+        self.groups.open.lock().await.remove(&key);
+        let mut j = self.journal_log(&shard).await?;
+        let replication = match (generation, placement) {
+            (Some(generation), Some(p)) => self.take_journal_over(&mut j, &p, generation).await?,
+            (generation, _) => replica::Replication {
+                generation,
+                ..Default::default()
+            },
+        };
+        let log = j.log.clone();
+        let (cursors, records) = tokio::task::spawn_blocking(move || journal::replay_all(&log))
+            .await
+            .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))?
+            .map_err(|e| log_error(&e))?;
         let g = Arc::new(GroupShard {
             key: key.clone(),
             shard,
-            log,
+            log: j.log,
+            mark: j.mark,
+            replication,
             cursors: parking_lot::Mutex::new(
                 cursors
                     .into_iter()
@@ -121,8 +161,15 @@ impl Broker {
             ),
             appended: AtomicU64::new(records),
             compacting: tokio::sync::Mutex::new(()),
+            me: self.broker_id(),
+            quorum_timeout: std::time::Duration::from_millis(
+                self.node.config.publish_quorum_timeout_ms,
+            ),
         });
-        open.insert(key, g.clone());
+        if g.replication.generation.is_some() {
+            self.rewind_past_end(&g).await?;
+        }
+        self.groups.open.lock().await.insert(key, g.clone());
         Ok(g)
     }
 
@@ -136,8 +183,18 @@ impl Broker {
             .drain()
             .map(|(_, g)| g)
             .collect();
-        for g in open {
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), g.log.sync()).await;
+        self.groups.followers.lock().await.clear();
+        let logs: Vec<replica::JournalLog> = self
+            .groups
+            .logs
+            .lock()
+            .await
+            .drain()
+            .map(|(_, j)| j)
+            .collect();
+        drop(open);
+        for j in logs {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), j.log.sync()).await;
         }
     }
 }

@@ -200,7 +200,7 @@ impl Broker {
         let next_due = next_due(&c);
         drop(c);
         for t in tickets {
-            GroupShard::written(t).await?;
+            gs.written(t).await?;
         }
         self.node.metrics.group_handed_out(
             &gs.key,

@@ -8,10 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use felix_hot::ShardLog;
 use felix_meta::model::{Group, ShardKey};
-use felix_wire::protocol::ErrorBody;
+use felix_wire::protocol::{ErrorBody, codes};
 
 use super::cursor::{Cursor, Event};
+use super::follow::Following;
 use super::journal;
+use super::replica::{JournalLog, JournalMark, Replication};
 use crate::errors::log_error;
 use crate::shard::Shard;
 
@@ -19,10 +21,16 @@ use crate::shard::Shard;
 /// compacted (and at least twice as many as pending records it would keep).
 const COMPACT_AFTER_RECORDS: u64 = 200_000;
 
-/// The group journals open on this broker, one per shard it leads and groups were used on.
+/// The group journals open on this broker: the groups of each shard it leads and groups
+/// were used on, each journal's log whatever this broker's role, and the copy loops of the
+/// journals it follows.
 #[derive(Default)]
 pub struct Groups {
     pub(super) open: tokio::sync::Mutex<HashMap<ShardKey, Arc<GroupShard>>>,
+    pub(super) logs: tokio::sync::Mutex<HashMap<ShardKey, JournalLog>>,
+    pub(super) followers: tokio::sync::Mutex<HashMap<ShardKey, Following>>,
+    /// One takeover of a shard's journal at a time.
+    pub(super) taking_over: parking_lot::Mutex<HashMap<ShardKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// The groups of one shard: its journal and each group's cursor.
@@ -32,10 +40,17 @@ pub(crate) struct GroupShard {
     /// its journal re-opened too.
     pub shard: Arc<Shard>,
     pub(super) log: ShardLog,
+    /// How far the other replicas hold the journal.
+    pub(super) mark: Arc<JournalMark>,
+    /// What a change waits for before it is answered.
+    pub(super) replication: Replication,
     pub(super) cursors: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Cursor>>>>,
     pub(super) appended: AtomicU64,
     /// Serializes compactions.
     pub(super) compacting: tokio::sync::Mutex<()>,
+    /// This broker's id and the wait for a majority (the publish quorum timeout).
+    pub(super) me: u64,
+    pub(super) quorum_timeout: std::time::Duration,
 }
 
 impl GroupShard {
@@ -75,13 +90,38 @@ impl GroupShard {
         Ok(ticket)
     }
 
-    /// Waits for an appended change to be written.
-    pub(crate) async fn written(ticket: felix_hot::Appended) -> Result<(), ErrorBody> {
-        ticket
-            .committed()
-            .await
-            .map(|_| ())
-            .map_err(|e| log_error(&e))
+    /// Waits for an appended change to be written and, on a Quorum stream of several
+    /// replicas, held by a majority of them.
+    pub(crate) async fn written(&self, ticket: felix_hot::Appended) -> Result<(), ErrorBody> {
+        let (_, last) = ticket.committed().await.map_err(|e| log_error(&e))?;
+        let r = &self.replication;
+        let Some(generation) = r.generation.filter(|_| r.quorum) else {
+            return Ok(());
+        };
+        let held = self
+            .mark
+            .wait_majority(
+                generation,
+                &r.replicas,
+                self.me,
+                &self.log,
+                last + 1,
+                self.quorum_timeout,
+            )
+            .await;
+        if held {
+            return Ok(());
+        }
+        Err(ErrorBody::new(
+            codes::QUORUM_TIMEOUT,
+            "quorum_timeout",
+            format!(
+                "shard {}: no majority of replicas held the group change in time; it may \
+                 or may not take effect",
+                self.key
+            ),
+        )
+        .retry_after(500))
     }
 
     /// Compacts the journal when it has grown: every group still in `live` (group name →
@@ -121,7 +161,7 @@ impl GroupShard {
             }
         }
         for t in tickets {
-            if Self::written(t).await.is_err() {
+            if self.written(t).await.is_err() {
                 return;
             }
         }

@@ -8,11 +8,11 @@
 //! group is idle.
 
 use std::collections::HashMap;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::metrics::GroupLabel;
-use super::{GroupShard, now_ms};
+use super::now_ms;
 use crate::broker::Broker;
 
 const EVERY: Duration = Duration::from_secs(1);
@@ -29,14 +29,18 @@ pub async fn run(broker: Weak<Broker>) {
 }
 
 impl Broker {
-    async fn sweep_groups(&self) {
+    async fn sweep_groups(self: &Arc<Self>) {
         // Journals of shards closed since (a deleted stream, a stopped shard) are let go, so
         // their files' space is freed.
+        self.groups.open.lock().await.retain(|_, g| {
+            !g.shard.is_closed()
+                && g.shard.repl.as_ref().and_then(|r| r.leading()) == g.replication.generation
+        });
         self.groups
-            .open
+            .logs
             .lock()
             .await
-            .retain(|_, g| !g.shard.is_closed());
+            .retain(|_, j| !j.shard.is_closed());
         // Every stream with groups, from the control plane: after a restart a journal is
         // opened here even if no consumer has come back, so a lapsed last attempt is still
         // dead-lettered and the gauges are right.
@@ -55,10 +59,16 @@ impl Broker {
             };
             let groups = self.node.meta.local(|m| m.groups_of(&t, &n, &s));
             for shard in 0..settings.shards {
-                if self
-                    .shard(&crate::shard::shard_key(&t, &n, &s, shard))
-                    .is_err()
+                let key = crate::shard::shard_key(&t, &n, &s, shard);
+                if self.node.cluster
+                    && settings.replicas > 1
+                    && self.node.holds_replica(&key)
+                    && let Ok(replica) = self.open_replica(&key)
                 {
+                    // Copy the journal while following the shard, stop when not.
+                    self.follow_journal(&replica).await;
+                }
+                if self.shard(&key).is_err() {
                     continue; // led elsewhere: its leader reports it
                 }
                 let Ok(gs) = self.group_shard(&t, &n, &s, shard).await else {
@@ -76,7 +86,7 @@ impl Broker {
                     let info = c.info(k.shard, end, now);
                     drop(c);
                     if let Some(t) = ticket {
-                        let _ = GroupShard::written(t).await;
+                        let _ = gs.written(t).await;
                     }
                     let l = GroupLabel::of(k, &g.name);
                     *in_flight.entry(l.clone()).or_default() += info.in_flight as i64;

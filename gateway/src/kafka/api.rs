@@ -43,7 +43,11 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslAuthenticate, 0, 2),
     // Advertised only to be refused with a message (see `unbuilt`).
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    // Share groups (KIP-932, see `share`): the versions librdkafka 2.16 sends.
     (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 1),
+    (ApiKey::ShareAcknowledge, 1, 1),
 ];
 
 /// The versions of `key` this listener serves, if any.
@@ -270,6 +274,9 @@ mod tests {
             ApiKey::DeleteGroups => body!(DeleteGroupsRequest),
             ApiKey::ConsumerGroupHeartbeat => body!(ConsumerGroupHeartbeatRequest),
             ApiKey::ShareGroupHeartbeat => body!(ShareGroupHeartbeatRequest),
+            ApiKey::ShareGroupDescribe => body!(ShareGroupDescribeRequest),
+            ApiKey::ShareFetch => body!(ShareFetchRequest),
+            ApiKey::ShareAcknowledge => body!(ShareAcknowledgeRequest),
             _ => Ok(()),
         }
     }

@@ -4,7 +4,7 @@
 //! Decides one difference from Kafka plainly: AlterConfigs sets the configs it names and
 //! leaves the others as they are (Kafka resets unnamed ones to their defaults), because a
 //! Felix alter is a patch. Broker configs are described as an empty set and cannot be
-//! altered. Describing a topic's configs needs any grant on it, altering them
+//! altered. A group's configs are a share group's (see `share/configs.rs`). Describing a topic's configs needs any grant on it, altering them
 //! `stream.manage`, checked before any work.
 
 use kafka_protocol::error::ResponseError;
@@ -119,6 +119,9 @@ async fn alter_topic(
     configs: Vec<(String, Option<String>)>,
     validate_only: bool,
 ) -> Result<(), (ResponseError, String)> {
+    if super::share::GROUP_RESOURCES.contains(&resource_type) {
+        return super::share::alter_share_group(kafka, scope, name, &configs, validate_only).await;
+    }
     if resource_type != TOPIC {
         return Err((
             ResponseError::InvalidRequest,

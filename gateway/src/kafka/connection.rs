@@ -27,8 +27,8 @@ use super::groups::{self, Caller};
 use super::sasl::{self, SaslState};
 use super::scope::Scope;
 use super::{
-    IDLE_TIMEOUT, Kafka, configs, delete_records, fetch, list_offsets, partitions, produce, topics,
-    unbuilt,
+    IDLE_TIMEOUT, Kafka, configs, delete_records, fetch, list_offsets, partitions, produce, share,
+    topics, unbuilt,
 };
 
 /// How long writing one response may take before the client is considered gone.
@@ -382,11 +382,17 @@ async fn serve_request(
         ApiKey::ConsumerGroupHeartbeat => serve!(ConsumerGroupHeartbeatRequest, |r| {
             unbuilt::consumer_group_heartbeat(r)
         }),
-        ApiKey::ShareGroupHeartbeat => {
-            serve!(ShareGroupHeartbeatRequest, |r| {
-                unbuilt::share_group_heartbeat(r)
-            })
-        }
+        ApiKey::ShareGroupHeartbeat => serve!(ShareGroupHeartbeatRequest, |r| {
+            share::share_group_heartbeat(kafka, scope, r, caller).await
+        }),
+        ApiKey::ShareGroupDescribe => serve!(ShareGroupDescribeRequest, |r| {
+            share::share_group_describe(kafka, scope, r).await
+        }),
+        ApiKey::ShareFetch => serve!(ShareFetchRequest, |r| share::share_fetch(kafka, scope, r)
+            .await),
+        ApiKey::ShareAcknowledge => serve!(ShareAcknowledgeRequest, |r| {
+            share::share_acknowledge(kafka, scope, r).await
+        }),
         ApiKey::Metadata => serve!(MetadataRequest, |r| topics::metadata(
             kafka, scope, r, version, advertised
         )

@@ -48,6 +48,10 @@ pub fn kafka_error(e: &ErrorBody) -> ResponseError {
             ResponseError::InvalidTopicException
         }
         codes::INVALID_ARGUMENT => ResponseError::InvalidRequest,
+        // A share group's Felix group was deleted under it; an answer to a claim the
+        // member no longer holds.
+        codes::UNKNOWN_GROUP => ResponseError::GroupIdNotFound,
+        codes::CLAIM_NOT_HELD => ResponseError::InvalidRecordState,
         _ => ResponseError::UnknownServerError,
     }
 }
@@ -92,6 +96,14 @@ mod tests {
         assert_eq!(
             kafka_error(&e(codes::UNAUTHORIZED, "token_expired")),
             ResponseError::SaslAuthenticationFailed
+        );
+        assert_eq!(
+            kafka_error(&e(codes::CLAIM_NOT_HELD, "claim_expired")),
+            ResponseError::InvalidRecordState
+        );
+        assert_eq!(
+            kafka_error(&e(codes::UNKNOWN_GROUP, "unknown_group")),
+            ResponseError::GroupIdNotFound
         );
         let overloaded = e(codes::OVERLOADED, "publish_queue_full").retry_after(50);
         assert!(kafka_error(&overloaded).is_retriable());

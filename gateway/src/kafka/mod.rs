@@ -26,8 +26,9 @@
 //!   broker coordinates a group, DeleteGroups. (InitProducerId is in [`produce`].)
 //! * [`offsets`] — committed offsets, durable in a log of their own.
 //! * [`lag`] — each group's lag behind its partitions' log ends, as a metric.
+//! * [`share`] — share groups (KIP-932) over Felix's consumer groups.
 //! * [`errors`] — Felix errors as Kafka error codes.
-//! * [`unbuilt`] — the KIP-848 and share-group heartbeats, refused so clients say so.
+//! * [`unbuilt`] — the KIP-848 heartbeat, refused so clients say so.
 
 mod api;
 mod configs;
@@ -43,6 +44,7 @@ mod partitions;
 mod produce;
 mod sasl;
 mod scope;
+mod share;
 mod tls;
 mod topics;
 mod unbuilt;
@@ -99,6 +101,10 @@ pub(crate) struct Kafka {
     broker: Arc<Broker>,
     settings: KafkaSettings,
     groups: groups::GroupCoordinator,
+    /// Share-group members this broker coordinates.
+    share_members: share::ShareMembers,
+    /// Share sessions open on this broker.
+    share_sessions: share::ShareSessions,
     /// One permit per request byte in flight ([`KafkaSettings::max_inflight_request_bytes`]).
     inflight: Arc<tokio::sync::Semaphore>,
     /// Connections open now.
@@ -136,6 +142,8 @@ impl KafkaListener {
             .with_context(|| format!("listen for Kafka on {}", config.kafka_addr))?;
         let kafka = Arc::new(Kafka {
             groups: groups::GroupCoordinator::new(offsets),
+            share_members: share::ShareMembers::default(),
+            share_sessions: share::ShareSessions::default(),
             broker,
             inflight: Arc::new(tokio::sync::Semaphore::new(
                 settings
@@ -147,6 +155,7 @@ impl KafkaListener {
         });
         tokio::spawn(groups::expire_members(Arc::downgrade(&kafka)));
         tokio::spawn(lag::report(Arc::downgrade(&kafka)));
+        tokio::spawn(share::expire_members(Arc::downgrade(&kafka)));
         Ok(KafkaListener {
             listener,
             kafka,

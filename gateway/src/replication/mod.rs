@@ -8,6 +8,7 @@
 //! * [`leader`] — leadership at a generation, the mark, fencing, serving followers' fetches.
 //! * [`follower`] — cutting a diverged log, then fetching and appending the leader's batches.
 //! * [`transport`] — the fetch request, its refusals and the pooled client to other brokers.
+//! * [`segment_copy`] — a range of records copied from another replica to rewrite a damaged segment.
 
 pub mod driver;
 pub mod follower;
@@ -15,4 +16,5 @@ pub mod leader;
 pub mod lease;
 pub mod quorum;
 pub mod role;
+pub mod segment_copy;
 pub mod transport;

@@ -104,6 +104,19 @@ impl PeerClient {
     }
 
     pub async fn fetch(&self, addr: &str, req: &FetchRequest) -> Result<Bytes, FetchError> {
+        let timeout = Duration::from_millis(req.wait_ms) + Duration::from_secs(5);
+        self.call(addr, "/repl/fetch", req, timeout).await
+    }
+
+    /// POSTs `req` as JSON to `path` at `addr`: the body of a 200 answer, or the peer's
+    /// [`FetchError`].
+    pub(crate) async fn call(
+        &self,
+        addr: &str,
+        path: &str,
+        req: &impl Serialize,
+        timeout: Duration,
+    ) -> Result<Bytes, FetchError> {
         if felix_meta::faults::isolated() {
             return Err(FetchError::Failed(
                 "this node is cut off the network (fault injection)".into(),
@@ -116,9 +129,8 @@ impl PeerClient {
             hyper::header::HeaderValue::from_static("application/json"),
         );
         let request = self
-            .post(addr, "/repl/fetch", headers, Bytes::from(body))
+            .post(addr, path, headers, Bytes::from(body))
             .map_err(|e| FetchError::Failed(e.to_string()))?;
-        let timeout = Duration::from_millis(req.wait_ms) + Duration::from_secs(5);
         let response = tokio::time::timeout(timeout, self.http.request(request))
             .await
             .map_err(|_| FetchError::Failed(format!("no answer from {addr} within {timeout:?}")))?

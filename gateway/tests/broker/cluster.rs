@@ -466,7 +466,7 @@ async fn the_same_fault_on_a_leader_and_a_quorum_stream() {
 /// The next offset a broker's own copy of shard 0 holds (its local log), or 0 while it
 /// does not answer: a broker just resumed from SIGSTOP on a loaded machine can miss a QUIC
 /// handshake's 6 s, and every caller polls this under a deadline anyway.
-async fn local_next_offset(broker: &Broker, stream: &str) -> u64 {
+pub(super) async fn local_next_offset(broker: &Broker, stream: &str) -> u64 {
     let client =
         match Connection::connect(&broker.quic_addr.to_string(), ClientConfig::default()).await {
             Ok(client) => client,
@@ -761,6 +761,8 @@ async fn a_broker_forwards_publishes_for_shards_it_does_not_lead() {
 
     refusals_keep_their_type_through_every_broker(&mut cluster).await;
     a_recreated_quorum_stream_takes_publishes_at_once(&client).await;
+    // Last: it kills and restarts a broker.
+    super::repair::a_damaged_segment_is_rewritten_from_another_replica(&mut cluster, &client).await;
 }
 
 /// Deleted and created again under the same name, a 3-replica Quorum stream is a new,

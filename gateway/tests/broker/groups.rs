@@ -216,13 +216,9 @@ async fn group_settings_live_in_the_control_plane_and_bad_ones_are_refused(
             config(5_000, 3, Some("missing")).without_start(),
             codes::UNKNOWN_STREAM,
         ),
-        (
-            GroupConfig {
-                start: Some(GroupStart::Latest),
-                ..GroupConfig::default()
-            },
-            codes::INVALID_ARGUMENT,
-        ),
+        // (A new start position is not bad input: it applies where the group has not
+        // started, as a Kafka share group's `share.auto.offset.reset` does; held by
+        // broker::kafka_share.)
     ] {
         let e = client
             .alter_group(T, NS, "admin", "g1", bad)
@@ -732,22 +728,16 @@ async fn group_progress_and_attempt_counts_survive_kill_9() {
     assert_eq!(everything, published, "nothing lost");
 }
 
-/// In a cluster: a group on a replicated stream is refused (its progress would not survive a
-/// failover yet: docs/groups.md), and on a stream of one replica per shard, spread over the
-/// brokers, one consumer following each shard's leader acknowledges every record once.
+/// In a cluster (one cluster for both steps): on a stream of one replica per shard, spread
+/// over the brokers, one consumer following each shard's leader acknowledges every record
+/// once; then a group on a 3-replica Quorum stream survives killing the shard's leader
+/// (`groups_failover`, last: it kills a broker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn groups_in_a_cluster_follow_shard_leaders_and_refuse_replicated_streams() {
-    let cluster = super::cluster::Cluster::start(3).await;
+async fn groups_in_a_cluster_follow_shard_leaders_and_survive_failover() {
+    let mut cluster = super::cluster::Cluster::start(3).await;
     let client = cluster.client(Duration::from_secs(10)).await;
-    super::cluster::create_stream(&client, "replicated", "quorum", Default::default()).await;
-    let refused = client
-        .create_group("t", "ns", "replicated", "g", GroupConfig::default())
-        .await
-        .expect_err("a group on a replicated stream");
-    assert_eq!(
-        broker_code(&refused),
-        (codes::INVALID_ARGUMENT, "groups_not_replicated".into())
-    );
+    client.create_tenant("t").await.expect("tenant");
+    client.create_namespace("t", "ns").await.expect("namespace");
     client
         .create_stream(
             "t",
@@ -789,6 +779,11 @@ async fn groups_in_a_cluster_follow_shard_leaders_and_refuse_replicated_streams(
         .expect("describe");
     assert_eq!(info.shards.len(), 6, "each shard described by its leader");
     assert_eq!(info.shards.iter().map(|s| s.acked).sum::<u64>(), 300);
+    super::groups_failover::a_group_on_a_quorum_stream_survives_killing_the_leader(
+        &mut cluster,
+        &client,
+    )
+    .await;
 }
 
 async fn felixctl_group_consume_prints_each_record_then_acks_it(

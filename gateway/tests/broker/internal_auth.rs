@@ -28,7 +28,7 @@ const STREAM: &str = "guarded";
 
 /// How a test request is signed.
 #[derive(Clone, Copy)]
-enum Signature {
+pub(super) enum Signature {
     None,
     With(&'static str),
     /// With the right secret, as if `secs` seconds ago.
@@ -36,15 +36,15 @@ enum Signature {
 }
 
 /// One internal request: method, path, `x-felix-*` headers and body.
-struct InternalRequest {
+pub(super) struct InternalRequest {
     method: Method,
     path: &'static str,
-    headers: HeaderMap,
+    pub(super) headers: HeaderMap,
     body: Vec<u8>,
 }
 
 impl InternalRequest {
-    fn new(method: Method, path: &'static str, body: Vec<u8>) -> InternalRequest {
+    pub(super) fn new(method: Method, path: &'static str, body: Vec<u8>) -> InternalRequest {
         InternalRequest {
             method,
             path,
@@ -54,7 +54,7 @@ impl InternalRequest {
     }
 
     /// Sends it to `addr`, signed as `signature` says (as node 1): the status and body.
-    async fn send(&self, addr: SocketAddr, signature: Signature) -> (u16, String) {
+    pub(super) async fn send(&self, addr: SocketAddr, signature: Signature) -> (u16, String) {
         let mut headers = self.headers.clone();
         let sign = |secret: &str, time: i64, headers: &mut HeaderMap| {
             let key = Arc::new(ClusterKey::new(secret.as_bytes()).expect("a long secret"));
@@ -137,6 +137,7 @@ fn forwarded_publish(payload: &str, token: Option<String>) -> InternalRequest {
         shard: 0,
         ack: felix_wire::protocol::AckMode::Batch,
         token,
+        duty: None,
     };
     req.headers.insert(
         "x-felix-publish",
@@ -251,6 +252,8 @@ async fn brokers_sharing_a_secret_work_together_and_refuse_everyone_else() {
     let records = read_all(&client, STREAM, 4).await;
     let payloads: Vec<&str> = records.iter().map(|(_, p)| p.as_str()).collect();
     assert_eq!(payloads, ["via-1", "via-2", "via-3", "signed"]);
+    super::groups_auth::dead_letters_cross_brokers_with_auth_on(&mut cluster, &client, SECRET)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

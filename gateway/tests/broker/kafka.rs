@@ -768,12 +768,13 @@ async fn a_too_new_api_versions_gets_the_v0_answer_and_bad_requests_close_only_t
 /// * transactions: the transaction-coordinator lookup is refused with an error librdkafka
 ///   treats as fatal and not retriable, carrying Felix's reason (it used to be refused with
 ///   one librdkafka retried until `init_transactions()` timed out with `_TIMED_OUT`);
-/// * the KIP-848 consumer protocol and share groups: their heartbeats are advertised and
-///   refused, so the consumer gets a fatal error (they used to poll nothing for ever).
+/// * the KIP-848 consumer protocol: its heartbeat is advertised and refused, so the
+///   consumer gets a fatal error (it used to poll nothing for ever). (Share groups are
+///   served: `kafka_share`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsupported_kafka_features_fail_at_once_with_an_error_the_application_sees() {
     let broker = Broker::start(options()).await;
-    for kind in ["consumer-protocol", "share"] {
+    for kind in ["consumer-protocol"] {
         let refused = python(&[
             "unsupported-group",
             kind,

@@ -229,15 +229,11 @@ def transactions(args):
 
 
 def unsupported_group(args):
-    """A KIP-848 consumer (group.protocol=consumer) or a share consumer: polls until the
-    first error reaches the application, or --timeout passes."""
-    config = {"bootstrap.servers": args.bootstrap, "group.id": f"felix-{args.kind}"}
-    if args.kind == "consumer-protocol":
-        from confluent_kafka import Consumer as Kind
-        config["group.protocol"] = "consumer"
-    else:
-        from confluent_kafka import ShareConsumer as Kind
-    consumer = Kind(config)
+    """A KIP-848 consumer (group.protocol=consumer): polls until the first error reaches
+    the application, or --timeout passes."""
+    config = {"bootstrap.servers": args.bootstrap, "group.id": f"felix-{args.kind}",
+              "group.protocol": "consumer"}
+    consumer = Consumer(config)
     consumer.subscribe([args.topic])
     deadline = time.monotonic() + args.timeout
     result = {"error": None}
@@ -275,7 +271,7 @@ def main():
     p.add_argument("--timeout", type=float, default=30)
     p.set_defaults(run=transactions)
     p = sub.add_parser("unsupported-group")
-    p.add_argument("kind", choices=["consumer-protocol", "share"])
+    p.add_argument("kind", choices=["consumer-protocol"])
     p.add_argument("bootstrap")
     p.add_argument("topic")
     p.add_argument("--timeout", type=float, default=30)

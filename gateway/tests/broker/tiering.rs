@@ -809,7 +809,8 @@ async fn a_deleted_streams_objects_are_removed_after_a_crash_and_its_name_waits_
 /// A damaged local segment whose records were uploaded before the damage is served around:
 /// a reader from earliest gets every record from the object store's verified copy instead of
 /// a `corrupt_data` refusal, and the damage is still counted and logged for the operator
-/// (docs/integrity.md, "Corruption is its own error").
+/// (docs/integrity.md, "Corruption is its own error"); then the broker rewrites the damaged
+/// file from that copy, and after a restart the log reads whole with nothing detected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_damaged_local_segment_that_was_uploaded_is_served_from_the_object_store() {
     const N: u64 = 600;
@@ -863,4 +864,30 @@ async fn a_damaged_local_segment_that_was_uploaded_is_served_from_the_object_sto
         1,
         "logged once for the damaged file"
     );
+
+    // The broker rewrites the damaged file from the object store's copy: after a restart
+    // the whole log reads locally again with nothing detected.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let log = std::fs::read_to_string(broker.log_path()).unwrap_or_default();
+        if log.contains("rewrote a damaged local segment") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the damaged segment was not rewritten within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(client);
+    broker.kill();
+    broker.restart().await;
+    let client = broker.client().await;
+    let events = subscribe_all(&client, StartAt::Earliest, N, "read after the repair").await;
+    assert_records(&events, 0, "every record, read locally");
+    let detected: f64 = metric_lines(&broker.metrics().await, "felix_corruption_detected_total")
+        .iter()
+        .map(|l| metric_value(l))
+        .sum();
+    assert_eq!(detected, 0.0, "the rewritten segment passes its checks");
 }

@@ -61,7 +61,9 @@ impl MetaState {
         Ok(Applied::Done)
     }
 
-    /// Replaces a group's settings (its start position stays: it applied at creation).
+    /// Replaces a group's settings. A new start position applies only on shards where the
+    /// group has not started yet (a Kafka share group's `share.auto.offset.reset` behaves
+    /// so): where it has, its progress is kept.
     pub(super) fn alter_group(
         &mut self,
         tenant: &str,
@@ -87,11 +89,6 @@ impl MetaState {
             .groups
             .get_mut(&key)
             .ok_or_else(|| missing("group", &key))?;
-        if settings.start != group.settings.start {
-            return Err(CommandError::Invalid(
-                "a group's start position applies at its creation and cannot be altered".into(),
-            ));
-        }
         group.settings = settings.clone();
         Ok(Applied::Done)
     }

@@ -192,7 +192,7 @@ pub enum Command {
         /// The proposer's clock, carried as a value.
         created_ms: i64,
     },
-    /// Replaces a group's settings (not its start position).
+    /// Replaces a group's settings (a start position: where the group has not started).
     AlterGroup {
         tenant: String,
         namespace: String,

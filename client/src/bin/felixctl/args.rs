@@ -98,6 +98,9 @@ pub(crate) enum Command {
     /// Consumer groups: create, describe, list, delete, consume (ack per record).
     #[command(subcommand)]
     Group(crate::groups::GroupCommand),
+    /// Caches: create, describe, list, delete; put, get, del, incr, watch keys.
+    #[command(subcommand)]
+    Cache(crate::cache::CacheCommand),
     /// Mint and revoke tokens.
     #[command(subcommand)]
     Token(TokenCommand),

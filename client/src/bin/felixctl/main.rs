@@ -4,13 +4,14 @@
 //! published), 2 a usage error.
 //!
 //! Modules: `args` the command line, `output` how results print, one module per command
-//! family (`streams`, `publish`, `subscribe`, `groups`, `auth`: tokens, roles, keys and
+//! family (`streams`, `publish`, `subscribe`, `groups`, `cache`, `auth`: tokens, roles, keys and
 //! which token felixctl presents; `oidc`: trusted issuers and `login`). felixctl talks to the
 //! broker named by
 //! `--broker` through a pinned [`Connection`]: what it shows is what that broker answers.
 
 mod args;
 mod auth;
+mod cache;
 mod cluster;
 mod groups;
 mod oidc;
@@ -102,6 +103,11 @@ async fn run(mut cli: Cli) -> anyhow::Result<u8> {
                 .context("connecting to the cluster")?;
             groups::group_command(&cluster, cmd).await?
         }
+        Command::Cache(cmd) => {
+            // A key's owner is found by the broker reached (it forwards); a watch follows it.
+            let cluster = cluster_client(&cli.global).await?;
+            cache::cache_command(&cluster, cmd).await?
+        }
         Command::Token(cmd) => auth::token_command(&client, cmd).await?,
         Command::Role(cmd) => auth::role_command(&client, cmd).await?,
         Command::Key(cmd) => auth::key_command(&client, cmd).await?,
@@ -135,6 +141,20 @@ pub(crate) fn client_config(g: &GlobalArgs) -> ClientConfig {
         token: g.token.clone(),
         ..Default::default()
     }
+}
+
+/// A cluster client seeded with every broker of `--broker`.
+async fn cluster_client(g: &GlobalArgs) -> anyhow::Result<felix_client::Client> {
+    let seeds: Vec<String> = g
+        .broker
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(str::to_owned)
+        .collect();
+    felix_client::Client::connect(seeds, client_config(g))
+        .await
+        .context("connecting to the cluster")
 }
 
 /// Connects to the first broker of the list that answers.

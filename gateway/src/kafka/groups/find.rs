@@ -4,8 +4,10 @@
 //! coordinator for a group (a stable hash of the group over the live brokers with a Kafka
 //! listener, or this broker on a single node), so all of a group's members reach one
 //! coordinator, whose local log keeps the group's offsets. A transaction coordinator lookup
-//! is refused with an error clients treat as fatal (Felix has no transactions). Finding a
-//! group's coordinator needs any grant on the group.
+//! is refused with an error clients treat as fatal (Felix has no transactions), and a
+//! share-state coordinator lookup (key type 2, broker-internal in Kafka) with
+//! `INVALID_REQUEST`; a share group's coordinator is found as any group's (key type 0).
+//! Finding a group's coordinator needs any grant on the group.
 
 use std::net::SocketAddr;
 
@@ -47,6 +49,16 @@ pub fn find_coordinator(
                 .allow_view(kafka, key, On::Group)
                 .err()
                 .map(|e| (e, "not allowed to use this group"));
+        }
+        if key_type == 2 {
+            // KIP-932's share-state coordinator (`group:topicId:partition`), which only
+            // Kafka brokers look up among themselves.
+            return Some((
+                ResponseError::InvalidRequest,
+                "share-group state has no coordinator of its own in Felix: it is kept with \
+                 the group on each partition's leader (find the group's coordinator with \
+                 key type 0)",
+            ));
         }
         Some((
             ResponseError::TransactionalIdAuthorizationFailed,

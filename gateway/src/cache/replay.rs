@@ -1,0 +1,124 @@
+//! Rebuilding a cache shard's state from its log: after a restart, on a broker that has
+//! just become the shard's owner, and after followers' records arrived while it followed.
+//!
+//! Decides when the state in memory may be trusted: it was built at the generation this
+//! broker leads at now, and it has applied the log up to the log's committed end. A state
+//! built at another generation, or ahead of a log that was cut back, is rebuilt from the
+//! log's first record; a state behind the log applies the records it missed. An in-memory
+//! cache has no log: on a new generation it starts empty (its entries were the old
+//! owner's, and are lost with it, as the spec says).
+
+use felix_hot::ShardLog;
+use felix_wire::protocol::{ErrorBody, codes};
+use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
+use felix_wire::{BatchIter, DecodedBatch};
+use tracing::warn;
+
+use super::CacheShard;
+use super::record::LogOp;
+use super::state::KvState;
+use crate::broker::Broker;
+use crate::errors::{err, log_error};
+
+/// Versions of a generation start here, so two owners never hand out the same version.
+fn first_version(generation: u64) -> u64 {
+    generation << 32
+}
+
+/// The changes in `[from, to)` of `log`, in order, and where the read ended.
+fn read_changes(log: &ShardLog, from: u64, to: u64) -> Result<(Vec<LogOp>, u64), ErrorBody> {
+    let mut ops = Vec::new();
+    let mut offset = from.max(log.first_offset());
+    while offset < to {
+        let read = log
+            .read(offset, 4 << 20, Some(to))
+            .map_err(|e| log_error(&e))?;
+        if read.batches.is_empty() {
+            break;
+        }
+        for (_, bytes) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+            match DecodedBatch::decode(bytes, DEFAULT_MAX_DECOMPRESSED) {
+                Ok(decoded) => {
+                    for r in decoded.records {
+                        // A read starts at the batch holding `offset`: skip what came before.
+                        if (r.offset as u64) < offset {
+                            continue;
+                        }
+                        match LogOp::of(&r) {
+                            Some(op) => ops.push(op),
+                            None if decoded.header.is_control() => {}
+                            None => warn!(
+                                shard = log.shard(),
+                                offset = r.offset,
+                                "skipping a record that is not a cache change"
+                            ),
+                        }
+                    }
+                }
+                Err(e) => {
+                    warn!(shard = log.shard(), error = %e, "skipping an unreadable cache batch")
+                }
+            }
+        }
+        offset = read.next_offset;
+    }
+    Ok((ops, offset.max(from)))
+}
+
+impl Broker {
+    /// Brings `st` up to date with the shard's log and generation (see the module doc).
+    pub(crate) async fn catch_up(
+        &self,
+        cs: &CacheShard,
+        st: &mut KvState,
+    ) -> Result<(), ErrorBody> {
+        let generation = match &cs.shard.repl {
+            None => 0,
+            Some(r) => match r.leading() {
+                Some(g) => g,
+                None => {
+                    crate::routing::check_leading(&self.node, &cs.shard)?;
+                    return Err(err(
+                        codes::LEADERSHIP_LOST,
+                        "leadership_lost",
+                        format!("shard {}: this broker no longer leads it", cs.key),
+                    ));
+                }
+            },
+        };
+        let Some(log) = cs.shard.log.clone() else {
+            if st.built_at != Some(generation) {
+                self.release_memory(st.bytes());
+                *st = KvState::starting_at(first_version(generation), generation);
+            }
+            return Ok(());
+        };
+        let end = log.committed_offset();
+        let rebuild = st.built_at != Some(generation) || log.next_offset() < st.applied_end;
+        let from = if rebuild { 0 } else { st.applied_end };
+        if !rebuild && from >= end {
+            return Ok(());
+        }
+        let reader = log.clone();
+        let (ops, read_end) = tokio::task::spawn_blocking(move || read_changes(&reader, from, end))
+            .await
+            .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))??;
+        if rebuild {
+            *st = KvState::starting_at(first_version(generation), generation);
+        }
+        for op in &ops {
+            st.apply(op);
+        }
+        st.applied_end = read_end.max(end);
+        Ok(())
+    }
+
+    /// Gives back in-memory cache bytes to the broker's budget.
+    pub(crate) fn release_memory(&self, bytes: u64) {
+        let _ = self.caches.memory.fetch_update(
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+            |m| Some(m.saturating_sub(bytes)),
+        );
+    }
+}

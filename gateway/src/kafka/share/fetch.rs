@@ -1,0 +1,347 @@
+//! ShareFetch: the acknowledgements it carries, then records acquired for the member.
+//!
+//! Decides what one ShareFetch answers and when: first its acknowledgements are applied
+//! (each partition's outcome in `acknowledge_error_code`), then every partition of the
+//! session is polled through the Felix group (records due for redelivery first, then new
+//! ones; at most `max_records` in all, shared out over the partitions from a rotating
+//! start so none starves). The answer goes out once any record is acquired, or when
+//! `max_wait_ms` (at most [`MAX_WAIT`]) has passed; meanwhile the request waits for a
+//! partition's end to move, and looks again every [`RECHECK`] for locks that lapsed. Each
+//! partition's answer carries the stored batches holding its acquired records and the
+//! acquired ranges with their delivery counts; a client delivers only the acquired
+//! records, as with Kafka. Session epoch -1 closes the session: its acknowledgements are
+//! applied, every record still held is released, and nothing is fetched.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use felix_meta::auth::Action;
+use felix_wire::groups::ClaimedMeta;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::share_fetch_response::{
+    AcquiredRecords, PartitionData, ShareFetchableTopicResponse,
+};
+use kafka_protocol::messages::{ShareFetchRequest, ShareFetchResponse};
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::acknowledge::{Batch, Target, apply, release_all};
+use super::session::{Held, Partition};
+use super::{sb, topic_by_id};
+use crate::groups::poll::{MAX_POLL_RECORDS, Poll};
+use crate::kafka::Kafka;
+use crate::kafka::errors::kafka_error;
+use crate::kafka::scope::{On, Scope};
+
+/// The longest a ShareFetch waits for records.
+const MAX_WAIT: Duration = Duration::from_secs(30);
+/// How often a waiting fetch looks again without a new record (a lock may have lapsed).
+const RECHECK: Duration = Duration::from_millis(200);
+/// The most record bytes one answer carries.
+const MAX_RESPONSE_BYTES: usize = 64 << 20;
+
+/// Rotates the partition polled first, so a busy partition does not starve the others.
+static ROTATION: AtomicUsize = AtomicUsize::new(0);
+
+/// One partition's answer being built.
+#[derive(Default)]
+struct Answer {
+    error: Option<(ResponseError, String)>,
+    ack_error: Option<(ResponseError, String)>,
+    acked: bool,
+    records: Vec<bytes::Bytes>,
+    acquired: Vec<ClaimedMeta>,
+}
+
+fn refused(e: ResponseError, m: String) -> ShareFetchResponse {
+    ShareFetchResponse::default()
+        .with_error_code(e.code())
+        .with_error_message(Some(sb(&m)))
+}
+
+/// ShareFetch.
+pub async fn share_fetch(
+    kafka: &Kafka,
+    scope: &Scope,
+    request: ShareFetchRequest,
+) -> ShareFetchResponse {
+    let group = request.group_id.as_ref().map(|g| g.to_string());
+    let member = request.member_id.as_ref().map(|m| m.to_string());
+    let (Some(group), Some(member)) = (group, member) else {
+        return refused(
+            ResponseError::InvalidRequest,
+            "a share fetch names its group and member".into(),
+        );
+    };
+    if let Err(e) = scope.allow(kafka, Action::GroupConsume, &group, On::Group) {
+        return refused(e, format!("not allowed to consume as share group {group}"));
+    }
+    let session = kafka.share_sessions.of(&scope.group_key(&group), &member);
+    let mut session = session.lock().await;
+    let epoch = request.share_session_epoch;
+    if let Err(e) = session.begin(epoch) {
+        return refused(e, format!("share session epoch {epoch}"));
+    }
+    session.prune(crate::groups::now_ms());
+    let mut answers: std::collections::BTreeMap<Partition, Answer> = Default::default();
+    let mut names: std::collections::HashMap<Uuid, Option<String>> = Default::default();
+    let mut name_of = |id: Uuid| {
+        names
+            .entry(id)
+            .or_insert_with(|| topic_by_id(kafka, scope, id).map(|(n, _)| n))
+            .clone()
+    };
+    // Acknowledgements first, and the session's partitions updated.
+    for t in request.topics {
+        let name = name_of(t.topic_id);
+        for p in t.partitions {
+            let key = (t.topic_id, p.partition_index);
+            if epoch != -1 {
+                session.partitions.insert(key);
+            }
+            if p.acknowledgement_batches.is_empty() {
+                continue;
+            }
+            let a = answers.entry(key).or_default();
+            a.acked = true;
+            let Some(topic) = &name else {
+                a.ack_error = Some((ResponseError::UnknownTopicId, "unknown topic id".into()));
+                continue;
+            };
+            if let Err(e) = scope.allow(kafka, Action::GroupConsume, topic, On::Topic) {
+                a.ack_error = Some((e, format!("not allowed to consume topic {topic}")));
+                continue;
+            }
+            let batches: Vec<Batch> = p
+                .acknowledgement_batches
+                .into_iter()
+                .map(|b| Batch {
+                    first: b.first_offset,
+                    last: b.last_offset,
+                    types: b.acknowledge_types,
+                })
+                .collect();
+            let to = Target {
+                kafka,
+                scope,
+                group: &group,
+                member: &member,
+                topic,
+                shard: p.partition_index.max(0) as u32,
+            };
+            let held = session.held.entry(key).or_default();
+            if let Err(refusal) = apply(&to, &batches, held).await {
+                a.ack_error = Some(refusal);
+            }
+        }
+    }
+    for f in &request.forgotten_topics_data {
+        for p in &f.partitions {
+            session.partitions.remove(&(f.topic_id, *p));
+        }
+    }
+    let mut lock_ms = super::DEFAULT_LOCK_DURATION_MS;
+    if epoch == -1 {
+        release_all(kafka, scope, &group, &member, &mut session).await;
+    } else if request.max_records > 0 {
+        let partitions: Vec<(Partition, Option<String>)> = session
+            .partitions
+            .iter()
+            .map(|k| (*k, name_of(k.0)))
+            .collect();
+        let want = Want {
+            group: &group,
+            member: &member,
+            max_records: request.max_records as usize,
+            max_bytes: match request.max_bytes {
+                n if n <= 0 => MAX_RESPONSE_BYTES,
+                n => (n as usize).min(MAX_RESPONSE_BYTES),
+            },
+            wait: Duration::from_millis(request.max_wait_ms.max(0) as u64).min(MAX_WAIT),
+        };
+        lock_ms = acquire(kafka, scope, &want, &partitions, &mut answers).await;
+        for (key, a) in &answers {
+            let held = session.held.entry(*key).or_default();
+            for c in &a.acquired {
+                held.insert(
+                    c.offset,
+                    Held {
+                        attempt: c.attempt,
+                        deadline_ms: c.deadline_ms,
+                    },
+                );
+            }
+        }
+    }
+    response(answers, lock_ms)
+}
+
+/// What a fetch asks for.
+struct Want<'a> {
+    group: &'a str,
+    member: &'a str,
+    max_records: usize,
+    max_bytes: usize,
+    wait: Duration,
+}
+
+/// Polls the session's partitions until records are acquired or the wait is over;
+/// returns the shortest lock among the groups polled.
+async fn acquire(
+    kafka: &Kafka,
+    scope: &Scope,
+    want: &Want<'_>,
+    partitions: &[(Partition, Option<String>)],
+    answers: &mut std::collections::BTreeMap<Partition, Answer>,
+) -> u64 {
+    let deadline = Instant::now() + want.wait;
+    let (t, n) = (&scope.tenant, &scope.namespace);
+    let mut lock_ms = u64::MAX;
+    let start = ROTATION.fetch_add(1, Ordering::Relaxed);
+    loop {
+        let mut watches = Vec::new();
+        let (mut got, mut bytes) = (0usize, 0usize);
+        for i in 0..partitions.len() {
+            let ((topic_id, partition), name) = &partitions[(start + i) % partitions.len()];
+            let key = (*topic_id, *partition);
+            let Some(topic) = name else {
+                answers.entry(key).or_default().error =
+                    Some((ResponseError::UnknownTopicId, "unknown topic id".into()));
+                continue;
+            };
+            if let Err(e) = scope.allow(kafka, Action::GroupConsume, topic, On::Topic) {
+                answers.entry(key).or_default().error =
+                    Some((e, format!("not allowed to consume topic {topic}")));
+                continue;
+            }
+            if let Ok(g) = kafka.broker.group(t, n, topic, want.group) {
+                lock_ms = lock_ms.min(g.settings.visibility_timeout_ms);
+            }
+            let shard = (*partition).max(0) as u32;
+            if let Ok(rx) = kafka.broker.watch_high_watermark(t, n, topic, shard) {
+                watches.push(rx);
+            }
+            if got >= want.max_records || bytes >= want.max_bytes {
+                continue;
+            }
+            let poll = Poll {
+                tenant: t,
+                namespace: n,
+                stream: topic,
+                group: want.group,
+                shard,
+                consumer: want.member,
+                max_records: (want.max_records - got).min(MAX_POLL_RECORDS as usize) as u32,
+                max_bytes: (want.max_bytes - bytes) as u64,
+                wait_ms: 0,
+            };
+            match kafka.broker.group_poll(&poll).await {
+                Ok(claimed) if !claimed.records.is_empty() => {
+                    got += claimed.records.len();
+                    bytes += claimed.body.len();
+                    let a = answers.entry(key).or_default();
+                    a.acquired.extend(claimed.records);
+                    a.records.push(claimed.body);
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    answers.entry(key).or_default().error = Some((kafka_error(&e), e.message));
+                }
+            }
+        }
+        let failed = answers.values().any(|a| a.error.is_some());
+        if got > 0 || failed || watches.is_empty() || Instant::now() >= deadline {
+            return if lock_ms == u64::MAX {
+                super::DEFAULT_LOCK_DURATION_MS
+            } else {
+                lock_ms
+            };
+        }
+        let wake = deadline.min(Instant::now() + RECHECK);
+        let changed =
+            futures::future::select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));
+        let _ = tokio::time::timeout_at(wake, changed).await;
+    }
+}
+
+/// The acquired records of a partition as Kafka's ranges: consecutive offsets with the same
+/// delivery count.
+fn ranges(acquired: &[ClaimedMeta]) -> Vec<AcquiredRecords> {
+    let mut sorted: Vec<&ClaimedMeta> = acquired.iter().collect();
+    sorted.sort_by_key(|c| c.offset);
+    let mut out: Vec<AcquiredRecords> = Vec::new();
+    for c in sorted {
+        let count = i16::try_from(c.attempt).unwrap_or(i16::MAX);
+        match out.last_mut() {
+            Some(r) if r.last_offset + 1 == c.offset as i64 && r.delivery_count == count => {
+                r.last_offset += 1;
+            }
+            _ => out.push(
+                AcquiredRecords::default()
+                    .with_first_offset(c.offset as i64)
+                    .with_last_offset(c.offset as i64)
+                    .with_delivery_count(count),
+            ),
+        }
+    }
+    out
+}
+
+fn response(
+    answers: std::collections::BTreeMap<Partition, Answer>,
+    lock_ms: u64,
+) -> ShareFetchResponse {
+    let mut topics: Vec<ShareFetchableTopicResponse> = Vec::new();
+    for ((topic_id, partition), a) in answers {
+        if a.error.is_none() && !a.acked && a.acquired.is_empty() {
+            continue;
+        }
+        let mut p = PartitionData::default()
+            .with_partition_index(partition)
+            .with_acquired_records(ranges(&a.acquired))
+            .with_records(Some(match &a.records[..] {
+                [] => bytes::Bytes::new(),
+                [one] => one.clone(),
+                many => bytes::Bytes::from(many.concat()),
+            }));
+        if let Some((e, m)) = a.error {
+            p = p.with_error_code(e.code()).with_error_message(Some(sb(&m)));
+        }
+        if let Some((e, m)) = a.ack_error {
+            p = p
+                .with_acknowledge_error_code(e.code())
+                .with_acknowledge_error_message(Some(sb(&m)));
+        }
+        match topics.last_mut() {
+            Some(t) if t.topic_id == topic_id => t.partitions.push(p),
+            _ => topics.push(
+                ShareFetchableTopicResponse::default()
+                    .with_topic_id(topic_id)
+                    .with_partitions(vec![p]),
+            ),
+        }
+    }
+    ShareFetchResponse::default()
+        .with_acquisition_lock_timeout_ms(i32::try_from(lock_ms).unwrap_or(i32::MAX))
+        .with_responses(topics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquired_records_merge_into_ranges_by_delivery_count() {
+        let c = |offset, attempt| ClaimedMeta {
+            offset,
+            attempt,
+            deadline_ms: 0,
+        };
+        let r = ranges(&[c(7, 2), c(3, 1), c(4, 1), c(5, 2), c(6, 2), c(9, 1)]);
+        let got: Vec<(i64, i64, i16)> = r
+            .iter()
+            .map(|r| (r.first_offset, r.last_offset, r.delivery_count))
+            .collect();
+        assert_eq!(got, vec![(3, 4, 1), (5, 7, 2), (9, 9, 1)]);
+    }
+}

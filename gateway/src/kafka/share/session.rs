@@ -1,0 +1,151 @@
+//! Share sessions: what one member fetches from this broker and which records it holds
+//! here.
+//!
+//! Decides the session epoch rule of KIP-932: a request with epoch 0 opens (or re-opens) a
+//! session with the partitions it names; each following request carries the next epoch
+//! (1, 2, ...) and may add partitions or forget some; -1 closes it. A request with another
+//! epoch is `INVALID_SHARE_SESSION_EPOCH`, one for a session never opened
+//! `SHARE_SESSION_NOT_FOUND`; either way nothing of it is applied and the client opens a
+//! new session. One member's requests are served one at a time (the session's lock).
+//!
+//! A session also keeps, per partition, the attempt and lock deadline of each record this
+//! member acquired here: a Kafka acknowledgement names offsets only, a Felix answer the
+//! attempt too, so an acknowledgement from a member for a record it does not hold (never
+//! acquired, lock lapsed, handed to another member since) never retires another member's
+//! claim. Entries go when answered or when their lock lapses; a session idle for
+//! [`IDLE_FOR`] with nothing held is dropped.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kafka_protocol::error::ResponseError;
+use uuid::Uuid;
+
+/// A session unused this long, holding nothing, is dropped.
+const IDLE_FOR: Duration = Duration::from_secs(300);
+
+/// A topic partition as share requests name it.
+pub(super) type Partition = (Uuid, i32);
+
+/// A record this member holds: the attempt it was handed as and its lock deadline (ms
+/// since the Unix epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Held {
+    pub attempt: u32,
+    pub deadline_ms: i64,
+}
+
+/// One member's share session on this broker.
+pub(super) struct Session {
+    /// The epoch the next request must carry; `None` while no session is open.
+    next_epoch: Option<i32>,
+    pub partitions: BTreeSet<Partition>,
+    pub held: HashMap<Partition, BTreeMap<u64, Held>>,
+    used: Instant,
+}
+
+impl Session {
+    fn new() -> Session {
+        Session {
+            next_epoch: None,
+            partitions: BTreeSet::new(),
+            held: HashMap::new(),
+            used: Instant::now(),
+        }
+    }
+
+    /// Checks a request's session epoch and moves the session on; nothing is to be applied
+    /// on an error.
+    pub fn begin(&mut self, epoch: i32) -> Result<(), ResponseError> {
+        self.used = Instant::now();
+        match epoch {
+            0 => {
+                self.next_epoch = Some(1);
+                self.partitions.clear();
+            }
+            // Closing: its acknowledgements are applied even if the session is gone
+            // (a restarted broker), so a clean close never loses them.
+            -1 => self.next_epoch = None,
+            n if n < 0 => return Err(ResponseError::InvalidShareSessionEpoch),
+            n => match self.next_epoch {
+                None => return Err(ResponseError::ShareSessionNotFound),
+                Some(want) if want != n => return Err(ResponseError::InvalidShareSessionEpoch),
+                Some(_) => self.next_epoch = Some(if n == i32::MAX { 1 } else { n + 1 }),
+            },
+        }
+        Ok(())
+    }
+
+    /// Forgets held records whose lock lapsed: they are someone else's to answer now.
+    pub fn prune(&mut self, now_ms: i64) {
+        for records in self.held.values_mut() {
+            records.retain(|_, h| h.deadline_ms > now_ms);
+        }
+        self.held.retain(|_, r| !r.is_empty());
+    }
+}
+
+/// A session, locked while one of its member's requests is served.
+type Shared = Arc<tokio::sync::Mutex<Session>>;
+
+/// The share sessions open on this broker: (group key, member id) → session.
+#[derive(Default)]
+pub(crate) struct ShareSessions {
+    sessions: parking_lot::Mutex<HashMap<(String, String), Shared>>,
+}
+
+impl ShareSessions {
+    /// The session of `member` in the group `key` (an empty one if it has none), after
+    /// dropping idle sessions that hold nothing.
+    pub(super) fn of(&self, key: &str, member: &str) -> Shared {
+        let mut sessions = self.sessions.lock();
+        let now = Instant::now();
+        let now_ms = crate::groups::now_ms();
+        sessions.retain(|_, s| match s.try_lock() {
+            Ok(mut s) => {
+                s.prune(now_ms);
+                now.duration_since(s.used) < IDLE_FOR || !s.held.is_empty()
+            }
+            Err(_) => true,
+        });
+        sessions
+            .entry((key.to_owned(), member.to_owned()))
+            .or_insert_with(|| Arc::new(tokio::sync::Mutex::new(Session::new())))
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epochs_follow_open_next_close() {
+        let mut s = Session::new();
+        assert_eq!(s.begin(1), Err(ResponseError::ShareSessionNotFound));
+        assert_eq!(s.begin(0), Ok(()));
+        assert_eq!(s.begin(2), Err(ResponseError::InvalidShareSessionEpoch));
+        assert_eq!(s.begin(1), Ok(()));
+        assert_eq!(s.begin(2), Ok(()));
+        assert_eq!(s.begin(2), Err(ResponseError::InvalidShareSessionEpoch));
+        assert_eq!(s.begin(-1), Ok(()));
+        assert_eq!(s.begin(3), Err(ResponseError::ShareSessionNotFound));
+    }
+
+    #[test]
+    fn lapsed_locks_are_forgotten() {
+        let mut s = Session::new();
+        let p = (Uuid::from_u128(1), 0);
+        let held = |deadline_ms| Held {
+            attempt: 1,
+            deadline_ms,
+        };
+        s.held.entry(p).or_default().insert(5, held(100));
+        s.held.entry(p).or_default().insert(6, held(300));
+        s.prune(200);
+        assert_eq!(s.held[&p].keys().collect::<Vec<_>>(), vec![&6]);
+        s.prune(300);
+        assert!(s.held.is_empty());
+    }
+}
