@@ -13,6 +13,7 @@
 //!    rebuilt on another broker; a second follower is then killed and Quorum writes go on.
 //! 5. `felixctl cluster rebalance` spreads leaders onto an emptied broker within one.
 //! 6. A confluent-kafka producer and consumer run through a move.
+//! 7. A consumer group's acknowledged progress moves with its shard.
 //!
 //! Afterwards every acknowledged record is read back at its offset, none twice, and each
 //! subscriber saw every offset exactly once.
@@ -470,6 +471,61 @@ async fn shard_moves_and_drains_hold_publishes_and_lose_nothing() {
         now,
         Some(to),
         "the partition is led by broker {to} after the move"
+    );
+
+    // 7. A consumer group's acknowledged progress moves with its shard: what was acked
+    //    before the move is still acked after it, on the new leader, and not handed out again.
+    client
+        .create_group("t", "ns", QUORUM, "g", felix_client::GroupConfig::default())
+        .await
+        .expect("create a group");
+    let mut consumer = client.group("t", "ns", QUORUM, "g");
+    let mut acked = HashSet::new();
+    while acked.len() < 200 {
+        let records = consumer
+            .poll(100, Duration::from_secs(5))
+            .await
+            .expect("poll the group");
+        consumer.ack_all(&records).await.expect("ack");
+        acked.extend(records.iter().map(|r| r.offset));
+    }
+    let before = client
+        .describe_group("t", "ns", QUORUM, "g")
+        .await
+        .expect("describe the group");
+    let acked_up_to = before.shards[0].acked_up_to;
+    let (outside, _) = placement(&client, QUORUM).await;
+    let conn = cluster.node(1).client().await;
+    conn.move_shard("t", "ns", QUORUM, 0, outside[0], None)
+        .await
+        .expect("move the group's shard");
+    moves_settle(&conn, "the group's shard").await;
+    let after = client
+        .describe_group("t", "ns", QUORUM, "g")
+        .await
+        .expect("describe the group after the move");
+    assert!(
+        after.shards[0].acked_up_to >= acked_up_to,
+        "the group's acked position went back across the move: {acked_up_to} -> {}",
+        after.shards[0].acked_up_to
+    );
+    let again = consumer
+        .poll(100, Duration::from_secs(5))
+        .await
+        .expect("poll after the move");
+    for r in &again {
+        assert!(
+            !acked.contains(&r.offset),
+            "offset {} was acknowledged before the move and handed out again",
+            r.offset
+        );
+    }
+    consumer.ack_all(&again).await.expect("ack after the move");
+    eprintln!(
+        "group across a move: acked up to {acked_up_to} before, {} after; {} acked before, {} polled after",
+        after.shards[0].acked_up_to,
+        acked.len(),
+        again.len()
     );
 
     // Stop, then audit every stream: each acknowledged record at its offset, none twice,
