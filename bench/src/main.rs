@@ -44,6 +44,7 @@ mod groups_scenario;
 mod load;
 mod log_scenario;
 mod meta_scenario;
+mod move_scenario;
 #[cfg(feature = "nats")]
 mod nats_groups_scenario;
 #[cfg(feature = "nats")]
@@ -82,6 +83,10 @@ enum Scenario {
     /// SIGKILL a Quorum shard's leader in a running cluster while publishing steadily: time
     /// from the kill to the first acknowledgement after it.
     Failover(failover_scenario::FailoverArgs),
+    /// Move a Quorum shard's leadership to another broker of a running cluster (4 brokers or
+    /// more) while publishing steadily: the move's duration and the publish latency before,
+    /// during and after.
+    Move(move_scenario::MoveArgs),
     /// What each authorization step costs on one core (no network): verifying a token,
     /// expanding its roles, and the per-request check.
     AuthChecks(auth_scenario::AuthArgs),
@@ -110,6 +115,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Pubsub(args) => pubsub_scenario::run(args),
         Scenario::Catchup(args) => catchup_scenario::run(args),
         Scenario::Failover(args) => failover_scenario::run(args),
+        Scenario::Move(args) => move_scenario::run(args),
         Scenario::AuthChecks(args) => auth_scenario::run(args),
         Scenario::Groups(args) => groups_scenario::run(args),
         Scenario::Cache(args) => cache_scenario::run(args),

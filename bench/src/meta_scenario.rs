@@ -153,6 +153,7 @@ async fn run_async(args: &MetaArgs) -> anyhow::Result<MetaReport> {
                 internal_addr: cluster[&1].clone(),
                 zone: None,
                 alive: true,
+                draining: false,
             },
         },
     ];

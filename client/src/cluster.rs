@@ -388,6 +388,7 @@ impl Client {
 
     admin_requests!();
     rbac_requests!();
+    cluster_requests!();
 
     /// A fresh topology of the stream from a live broker; the routing table takes it too.
     ///

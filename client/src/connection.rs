@@ -284,6 +284,7 @@ impl Connection {
 
     admin_requests!();
     rbac_requests!();
+    cluster_requests!();
 
     async fn call(&self, request: Request) -> Result<Response, ClientError> {
         request::call(

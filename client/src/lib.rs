@@ -97,6 +97,8 @@ mod admin;
 mod cache;
 #[macro_use]
 mod rbac;
+#[macro_use]
+mod moves;
 mod cluster;
 mod connection;
 mod error;
@@ -122,6 +124,7 @@ pub use error::ClientError;
 pub use felix_wire::Compression;
 pub use felix_wire::cache::{CacheConfig, CacheInfo, ChangeKind, Condition};
 pub use felix_wire::groups::{GroupConfig, GroupInfo, GroupShardInfo, GroupStart};
+pub use felix_wire::moves::{BrokerInfo, ClusterRequest, ClusterResponse, MoveInfo};
 pub use felix_wire::protocol::{
     AckMode, ErrorBody, OidcIssuerSpec, RoleInfo, SegmentInfo, ShardInfo, StartAt, StreamConfig,
     StreamInfo, codes, features,
@@ -255,6 +258,7 @@ pub(crate) fn request_name(request: &Request) -> &'static str {
         Request::DeleteOidcIssuer { .. } => "DeleteOidcIssuer",
         Request::ExchangeOidcToken { .. } => "ExchangeOidcToken",
         Request::Group(_) => "Group",
+        Request::Cluster(_) => "Cluster",
         Request::Cache(_) => "Cache",
         Request::PublishIf { .. } => "PublishIf",
     }

@@ -172,6 +172,7 @@ mod tests {
             leader,
             generation,
             epochs: Vec::new(),
+            moving: None,
         }
     }
 

@@ -41,6 +41,9 @@ pub fn command_error(e: &CommandError) -> ErrorBody {
         CommandError::StaleGeneration { .. } => {
             err(codes::SHARD_UNAVAILABLE, "fenced", e.to_string()).retry_after(200)
         }
+        CommandError::MoveInProgress { .. } => {
+            err(codes::MOVE_IN_PROGRESS, "move_in_progress", e.to_string()).retry_after(1000)
+        }
         // The name frees itself once the old objects are gone (object_deletes.rs).
         CommandError::BeingDeleted { .. } => {
             err(codes::ALREADY_EXISTS, "stream_being_deleted", e.to_string()).retry_after(1000)

@@ -33,6 +33,10 @@ impl Broker {
         body: Bytes,
     ) -> Result<(u64, u64), ErrorBody> {
         let key = shard_key(tenant, namespace, stream, shard_no);
+        // Across a shard move's hand-over it waits for the owner, like a publish (`moves::hold`).
+        if let Ok((s, _)) = self.shards.open(&key) {
+            crate::moves::hold::wait_for_owner(&self.node, &s, std::time::Instant::now()).await?;
+        }
         let (shard, settings) = self.shard(&key)?;
         let Some(log) = &shard.log else {
             return Err(err(
@@ -105,7 +109,22 @@ impl Broker {
             }
         };
         let (_, bytes) = batch.into_parts();
-        let ticket = match log.append_if(bytes.to_vec(), expected_offset).await {
+        // Under the lock a hand-over takes after raising its fence (as `publish_durable`): an
+        // append lands before the fence's end is read, or not here at all.
+        let fence = shard.producers.lock().await;
+        if shard.repl.as_ref().is_some_and(|r| r.moves.fenced()) {
+            drop(fence);
+            self.quotas.refund(tenant, charge);
+            return Err(err(
+                codes::SHARD_UNAVAILABLE,
+                "moving",
+                format!("shard {key} is being handed over to another broker; nothing was written"),
+            )
+            .retry_after(200));
+        }
+        let appended = log.append_if(bytes.to_vec(), expected_offset).await;
+        drop(fence);
+        let ticket = match appended {
             Ok(t) => t,
             Err(LogError::OffsetMismatch { next, .. }) => {
                 let mut e = err(

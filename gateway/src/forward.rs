@@ -2,7 +2,8 @@
 //! the shard is sent on to the leader over the internal network and answered with the
 //! leader's answer.
 //!
-//! Invariant: a publish is forwarded at most once — the leader checks it again as if the
+//! Invariant: a publish is forwarded at most once — except one held by an old leader across
+//! a shard's hand-over, which that broker forwards once more, to the new leader — the leader checks it again as if the
 //! client had sent it there (existence, limits, backpressure, leadership) and never forwards
 //! it further; its tenant's publish quota is charged once, by the broker the client sent it
 //! to, before it is forwarded, and never again by the leader; a failure to connect is a
@@ -101,10 +102,31 @@ pub(crate) async fn serve_forwarded_publish(
         stream: req.stream,
         shard: req.shard,
     };
-    match broker
-        .publish_here(&key, req.ack, body, QuotaCharge::Charged)
-        .await
+    let mut result = broker
+        .publish_here(&key, req.ack, body.clone(), QuotaCharge::Charged)
+        .await;
+    // Held here across a hand-over, and the shard is now led elsewhere: the one case a
+    // publish is forwarded twice (the first hop reached the old leader).
+    if let Err(e) = &result
+        && e.code == codes::NOT_LEADER
+        && e.reason == crate::moves::hold::MOVED
+        && let Some(addr) = e.leader.and_then(|l| broker.node.internal_addr_of(l))
     {
+        let timeout = Duration::from_millis(broker.node.config.publish_quorum_timeout_ms)
+            + Duration::from_secs(5);
+        broker.node.metrics.publishes_forwarded.inc();
+        let again = ForwardedPublish {
+            tenant: key.tenant.clone(),
+            namespace: key.namespace.clone(),
+            stream: key.stream.clone(),
+            shard: key.shard,
+            ack: req.ack,
+            token: req.token.clone(),
+            duty: req.duty.clone(),
+        };
+        result = forward_publish(&broker.node.peers, &addr, &again, body, timeout).await;
+    }
+    match result {
         Ok(Some((base_offset, last_offset))) => ForwardedAnswer::Published {
             base_offset,
             last_offset,

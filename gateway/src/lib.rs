@@ -65,6 +65,7 @@ pub mod internal;
 pub mod kafka;
 pub mod lag_log;
 pub mod metrics;
+pub mod moves;
 pub mod node;
 pub mod object_deletes;
 pub mod producers;

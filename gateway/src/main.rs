@@ -139,6 +139,7 @@ async fn run(config: BrokerConfig) -> anyhow::Result<()> {
     meta_config.cluster = config.cluster.clone();
     meta_config.snapshot_after_logs = config.meta_snapshot_logs;
     meta_config.lease = Duration::from_millis(config.lease_ms);
+    meta_config.replica_replace_after = Duration::from_millis(config.replica_replace_after_ms);
     // Followers fetch from shard leaders on the same internal address as Raft.
     let slot: BrokerSlot = Arc::default();
     meta_config.extra_routes = Some(internal::router(slot.clone()));
@@ -339,6 +340,7 @@ async fn register_broker(config: &BrokerConfig, meta: &MetaHandle) -> anyhow::Re
             internal_addr,
             zone: None,
             alive: true,
+            draining: false,
         },
     };
     let mut attempt = 0;

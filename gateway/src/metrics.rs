@@ -102,6 +102,8 @@ pub struct Metrics {
     pub tier_store_puts: Counter,
     /// Consumer groups (`groups/metrics.rs`).
     pub groups: crate::groups::metrics::GroupMetrics,
+    /// Shard moves (`moves/metrics.rs`).
+    pub moves: crate::moves::metrics::MoveMetrics,
     /// Cold read-ahead (`metrics/cold_read.rs`).
     pub cold_read: cold_read::ColdReadMetrics,
     /// The cache (`cache/metrics.rs`).
@@ -158,6 +160,7 @@ impl Metrics {
             tier_store_get_bytes: Counter::default(),
             tier_store_puts: Counter::default(),
             groups: Default::default(),
+            moves: Default::default(),
             cold_read: Default::default(),
             cache: Default::default(),
             registry: Registry::default(),
@@ -350,6 +353,7 @@ impl Metrics {
         // the first event of each kind shows in `increase()` (a series that appears with its
         // first event at 1 is invisible to it).
         m.groups.register(&mut registry);
+        m.moves.register(&mut registry);
         m.cold_read.register(&mut registry);
         m.cache.register(&mut registry);
         for listener in ["quic", "kafka"] {

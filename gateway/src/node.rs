@@ -35,6 +35,8 @@ pub struct Node {
     pub(crate) peers: PeerClient,
     /// Set once shutdown began: publishes are refused and placements no longer followed.
     pub(crate) stopping: AtomicBool,
+    /// The shards' other logs a move must carry (`moves::shard_logs`), once registered.
+    pub(crate) shard_logs: std::sync::OnceLock<Arc<dyn crate::moves::shard_logs::ShardLogs>>,
 }
 
 impl Node {
@@ -49,6 +51,7 @@ impl Node {
             lease: Arc::new(Lease::default()),
             peers,
             stopping: AtomicBool::new(false),
+            shard_logs: std::sync::OnceLock::new(),
         }
     }
 

@@ -23,6 +23,7 @@ use crate::admission::acks_after_write;
 use crate::broker::Broker;
 use crate::errors::{err, log_error};
 use crate::metrics::{Metrics, TenantReason};
+use crate::moves::hold;
 use crate::producers::SeqCheck;
 use crate::quota::PublishCost;
 use crate::shard::Shard;
@@ -68,11 +69,11 @@ impl Broker {
         let tenant = &key.tenant[..];
         let t = Metrics::tenant(tenant);
         m.publish_requests.get_or_create(&t).inc();
-        let mut result = self.publish_inner(key, ack, body.clone(), quota).await;
+        let mut result = self.publish_held(key, ack, body.clone(), quota).await;
         if let Err(e) = &result
             && self.node.catch_up_if_unknown(e).await
         {
-            result = self.publish_inner(key, ack, body, quota).await;
+            result = self.publish_held(key, ack, body, quota).await;
         }
         if let Err(e) = &result {
             m.publish_errors
@@ -83,6 +84,35 @@ impl Broker {
                 .inc();
         }
         result
+    }
+
+    /// [`publish_inner`](Self::publish_inner), held while the shard is handed over to
+    /// another broker (`moves::hold`); a held publish that then finds the shard led
+    /// elsewhere is answered `not_leader` with reason `moved`, for the forwarding broker.
+    async fn publish_held(
+        &self,
+        key: &ShardKey,
+        ack: AckMode,
+        body: Bytes,
+        quota: QuotaCharge,
+    ) -> Result<Option<(u64, u64)>, ErrorBody> {
+        let since = std::time::Instant::now();
+        let mut held = false;
+        loop {
+            if let Ok((shard, _)) = self.shard(key) {
+                held |= hold::wait_for_owner(&self.node, &shard, since).await?;
+            }
+            let result = self.publish_inner(key, ack, body.clone(), quota).await;
+            match result {
+                // It raced the fence: nothing was appended; hold it like the others.
+                Err(e) if hold::met_fence(&e) => held = true,
+                Err(mut e) if held && e.code == codes::NOT_LEADER => {
+                    e.reason = hold::MOVED.to_owned();
+                    return Err(e);
+                }
+                other => return other,
+            }
+        }
     }
 
     async fn publish_inner(
@@ -182,6 +212,13 @@ impl Broker {
             }
         };
         drop(permit);
+        // Met a shard move's fence: nothing was written and the publish is tried again after
+        // the hold (`publish_held`), where it is charged again.
+        if let (Err(e), Some(charge)) = (&result, charge)
+            && hold::met_fence(e)
+        {
+            self.quotas.refund(tenant, charge);
+        }
         if result.is_ok() {
             let t = Metrics::tenant(tenant);
             self.node
@@ -215,6 +252,11 @@ impl Broker {
         let mut duplicate_range: Option<(u64, u64)> = None;
         {
             let mut producers = shard.producers.lock().await;
+            // Checked under the lock the hand-over takes after raising the fence: an append
+            // either finished before the fence's end was read or does not happen here.
+            if shard.repl.as_ref().is_some_and(|r| r.moves.fenced()) {
+                return Err(hold::fenced_at_append(shard));
+            }
             for batch in batches {
                 let h = *batch.header();
                 match producers.check(&h) {

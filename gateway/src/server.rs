@@ -539,6 +539,10 @@ async fn handle_stream(
             },
             Err(e) => Response::Error(e),
         },
+        Request::Cluster(request) => match crate::moves::admin::serve(&broker, request).await {
+            Ok(answer) => Response::Cluster(answer),
+            Err(e) => Response::Error(e),
+        },
         Request::Cache(request) => {
             if matches!(request, felix_wire::cache::CacheRequest::Watch { .. }) {
                 crate::cache::watch::serve_watch(&mut send, &broker, credential, request).await;

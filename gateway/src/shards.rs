@@ -435,6 +435,7 @@ pub(crate) async fn watch_placements(shards: Weak<Shards>) {
                 return;
             }
             let me = b.node.config.node_id;
+            b.node.metrics.moves.prune(me, placements.iter());
             for (key, p) in placements {
                 if !p.replicas.contains(&me) {
                     // Not (or no longer) a replica: a shard still open here stops serving.

@@ -200,6 +200,27 @@ impl Subscription {
 fn not_leading(shard: &Shard) -> Option<SubEvent> {
     let repl = shard.repl.as_ref()?;
     let role = repl.role.borrow().clone();
+    // Handed over by a move: say so, naming the new owner, where the subscription resumes.
+    if let Role::Follower { leader, .. } = role
+        && repl
+            .placement
+            .borrow()
+            .as_ref()
+            .is_some_and(|p| p.leader == Some(leader) && p.moving.is_some_and(|m| m.to == leader))
+    {
+        let mut e = err(
+            codes::SHARD_MOVED,
+            "shard_moved",
+            format!(
+                "shard {} moved to broker {leader}: resume there after the last offset \
+                 received",
+                shard.key
+            ),
+        )
+        .retry_after(0);
+        e.leader = Some(leader);
+        return Some(SubEvent::Failed(e));
+    }
     let (code, reason) = match role {
         Role::Leader { .. } => return None,
         Role::Fenced { .. } => (codes::SHARD_UNAVAILABLE, "fenced"),

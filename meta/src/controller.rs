@@ -3,7 +3,8 @@
 //!
 //! The decisions are a pure function of the applied state and the leader's view of each
 //! broker's lease ([`decide`]); the task around it ([`spawn`]) runs on every node but acts
-//! only on the Raft leader once it is ready, and proposes what `decide` returns. A refused
+//! only on the Raft leader once it has been ready in its term (applied its whole log once),
+//! and proposes what `decide` returns, plus the shard moves of `drain.rs`. A refused
 //! proposal is normal (the state moved on since the decision) and is retried next tick if
 //! it still applies.
 //!
@@ -22,7 +23,7 @@
 //!   leader is dead with a lapsed lease, any live broker takes it over in the same decision
 //!   (the one [`MetaState::spread`] picks), without waiting for the old broker to return.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
@@ -77,6 +78,16 @@ pub(crate) struct Plan {
 }
 
 pub(crate) fn plan(state: &MetaState, lease_view: &dyn Fn(u64) -> LeaseView) -> Plan {
+    plan_with(state, lease_view, &BTreeSet::new())
+}
+
+/// [`plan`], with the brokers dead for longer than the replace delay, whose follower
+/// replicas are moved to live brokers (`drain.rs`).
+pub(crate) fn plan_with(
+    state: &MetaState,
+    lease_view: &dyn Fn(u64) -> LeaseView,
+    replace: &BTreeSet<u64>,
+) -> Plan {
     let mut plan = Plan::default();
     // Liveness as it will be once this decision's liveness changes are applied.
     let mut alive = BTreeSet::new();
@@ -179,29 +190,77 @@ pub(crate) fn plan(state: &MetaState, lease_view: &dyn Fn(u64) -> LeaseView) -> 
             )),
         }
     }
+    // Planned moves last: a failover above decides first where a leader is dead.
+    plan.commands
+        .extend(crate::drain::plan_moves(state, &alive, replace));
     plan
 }
 
 /// Starts the controller task on this node; it ends when `stop` turns true (or its
 /// sender is dropped). It decides every tenth of a lease (at least every 100 ms), and only
 /// while this node is the Raft leader and ready.
-pub(crate) fn spawn(handle: MetaHandle, mut stop: watch::Receiver<bool>) -> JoinHandle<()> {
+pub(crate) fn spawn(
+    handle: MetaHandle,
+    mut stop: watch::Receiver<bool>,
+    replace_after: Duration,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let period = (handle.lease_duration() / 10).max(MIN_TICK);
         let mut tick = tokio::time::interval(period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Shards already reported as stuck, so each is logged once, not every tick.
         let mut reported: BTreeSet<ShardKey> = BTreeSet::new();
+        // When this leader first saw each broker recorded dead (forgotten on a leader change:
+        // a new leader waits the whole delay again, which only delays a replacement).
+        let mut dead_since: BTreeMap<u64, Instant> = BTreeMap::new();
+        // Dead brokers whose replicas are being replaced (logged once each).
+        let mut replacing: BTreeSet<u64> = BTreeSet::new();
+        // The term in which this node, leading, was last seen ready. A busy leader's log
+        // nearly always holds an entry not yet applied (the shard leaders' replication
+        // reports), so `is_ready` alone would starve the controller under a Quorum load;
+        // once ready in its term, a leader decides on its applied state, and the state
+        // machine checks every proposal again.
+        let mut ready_term: Option<u64> = None;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
-            if !(handle.is_leader() && handle.is_ready()) {
+            let term = handle.current_term();
+            if handle.is_leader() && handle.is_ready() {
+                ready_term = Some(term);
+            }
+            if !(handle.is_leader() && ready_term == Some(term)) {
+                ready_term = None;
                 reported.clear();
+                dead_since.clear();
                 continue;
             }
             let now = Instant::now();
+            let dead: Vec<u64> = handle.local(|s| {
+                s.brokers
+                    .values()
+                    .filter(|b| !b.alive)
+                    .map(|b| b.id)
+                    .collect()
+            });
+            dead_since.retain(|b, _| dead.contains(b));
+            for b in dead {
+                dead_since.entry(b).or_insert(now);
+            }
+            let replace: BTreeSet<u64> = dead_since
+                .iter()
+                .filter(|(_, t)| now.duration_since(**t) >= replace_after)
+                .map(|(b, _)| *b)
+                .collect();
+            for b in replace.difference(&replacing) {
+                warn!(
+                    broker = b,
+                    after = ?replace_after,
+                    "broker dead past the replace delay: moving its follower replicas to live brokers"
+                );
+            }
+            replacing = replace.clone();
             let leases = handle.leases();
             let view = |b: u64| {
                 if leases.holds(b, now) {
@@ -215,7 +274,7 @@ pub(crate) fn spawn(handle: MetaHandle, mut stop: watch::Receiver<bool>) -> Join
             let Plan {
                 mut commands,
                 stuck,
-            } = handle.local(|s| plan(s, &view));
+            } = handle.local(|s| plan_with(s, &view, &replace));
 
             let stuck_now: BTreeSet<ShardKey> = stuck.iter().map(|(k, _)| k.clone()).collect();
             for (shard, why) in &stuck {
@@ -255,8 +314,22 @@ pub(crate) fn spawn(handle: MetaHandle, mut stop: watch::Receiver<bool>) -> Join
                         Command::SetPlacement { shard, leader, .. } => {
                             info!(%shard, leader = ?leader, "shard leader assigned");
                         }
+                        Command::StartMove { shard, from, to } => {
+                            info!(%shard, from, to, "shard move started (drain or replacement)");
+                        }
+                        Command::CancelMove { shard } => {
+                            warn!(%shard, "shard move rolled back: its destination is down");
+                        }
                         _ => {}
                     },
+                    Err(e)
+                        if matches!(
+                            cmd,
+                            Command::StartMove { .. } | Command::CancelMove { .. }
+                        ) =>
+                    {
+                        info!(command = ?cmd, error = %e, "shard move proposal refused")
+                    }
                     Err(e) => debug!(command = ?cmd, error = %e, "failover proposal refused"),
                 }
             }

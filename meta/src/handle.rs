@@ -208,6 +208,11 @@ impl MetaHandle {
         m.current_leader.is_some() && m.last_applied.map(|l| l.index) >= m.last_log_index
     }
 
+    /// The Raft term this node knows (a new leader is elected in a higher term).
+    pub fn current_term(&self) -> u64 {
+        self.inner.raft.metrics().borrow().current_term
+    }
+
     /// Waits up to `timeout` for [`MetaHandle::is_ready`].
     pub async fn wait_ready(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;

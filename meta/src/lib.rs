@@ -15,9 +15,13 @@
 //! * [`faults`] — cutting a node off the internal network, for cluster tests.
 //! * [`controller`] — failover: on the meta leader, marks brokers whose lease lapsed dead,
 //!   places unplaced shards and promotes a new shard leader when one dies.
+//! * [`drain`] — the moves the controller starts itself: off draining brokers, and rolling
+//!   back moves whose destination died.
+//! * [`rebalance`] — the moves that even out leaders and replicas over the live brokers.
 
 pub mod auth;
 pub mod controller;
+pub mod drain;
 pub mod faults;
 pub mod handle;
 pub mod lease;
@@ -25,6 +29,7 @@ pub mod log_store;
 pub mod model;
 pub mod network;
 pub mod node;
+pub mod rebalance;
 pub mod state_machine;
 pub mod types;
 

@@ -61,6 +61,9 @@ pub struct MetaConfig {
     pub lease: Duration,
     /// Timeout of one RPC to a peer.
     pub rpc_timeout: Duration,
+    /// How long a broker stays dead before the controller moves its follower replicas to
+    /// live brokers (`drain.rs`).
+    pub replica_replace_after: Duration,
     /// More routes served on the internal address (the broker's replication endpoints).
     pub extra_routes: Option<axum::Router>,
     /// The cluster secret: with it, every internal request this node sends is signed and
@@ -83,6 +86,7 @@ impl MetaConfig {
             election_timeout: (Duration::from_millis(500), Duration::from_millis(1000)),
             lease: Duration::from_secs(10),
             rpc_timeout: Duration::from_secs(2),
+            replica_replace_after: Duration::from_secs(600),
             extra_routes: None,
             cluster_key: None,
         }
@@ -355,7 +359,11 @@ impl MetaNode {
         });
         let (shutdown, mut shutdown_rx) = watch::channel(false);
         let (stop_controller, stop_controller_rx) = watch::channel(false);
-        let controller = crate::controller::spawn(handle.clone(), stop_controller_rx);
+        let controller = crate::controller::spawn(
+            handle.clone(),
+            stop_controller_rx,
+            config.replica_replace_after,
+        );
         let mut router = crate::network::raft_router(service);
         if let Some(extra) = config.extra_routes.clone() {
             router = router.merge(extra);

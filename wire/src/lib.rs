@@ -12,6 +12,7 @@
 //! * [`protocol`] — the QUIC client protocol: frames, requests, responses, events, error
 //!   codes and feature bits (documented in docs/protocol.md).
 //! * [`groups`] — the consumer-group requests and answers inside the protocol.
+//! * [`moves`] — the cluster operations (brokers, drains, shard moves) inside the protocol.
 //! * [`cache`] — the cache requests, answers and watch changes inside the protocol.
 //! * [`murmur2`] — the key → shard hash (Kafka's default partitioner).
 //! * [`record`] — the records inside a batch: encoding a batch from records
@@ -26,6 +27,7 @@ pub mod checked;
 pub mod codec;
 pub mod error;
 pub mod groups;
+pub mod moves;
 pub mod murmur2;
 pub mod oidc;
 pub mod protocol;

@@ -463,6 +463,8 @@ pub enum Request {
     },
     /// A consumer-group request ([`crate::groups`]).
     Group(crate::groups::GroupRequest),
+    /// A cluster operation ([`crate::moves`]).
+    Cluster(crate::moves::ClusterRequest),
     /// A cache request ([`crate::cache`]); a put's value is the body.
     Cache(crate::cache::CacheRequest),
 }
@@ -524,6 +526,8 @@ pub enum Response {
     },
     /// The answer to a consumer-group request ([`crate::groups`]).
     Group(crate::groups::GroupResponse),
+    /// The answer to a cluster operation ([`crate::moves`]).
+    Cluster(crate::moves::ClusterResponse),
     /// The answer to a cache request ([`crate::cache`]); a found value is the body.
     Cache(crate::cache::CacheResponse),
     Error(ErrorBody),
@@ -668,6 +672,13 @@ pub mod codes {
     /// `counter_add` or `counter_get` on a key whose value is not a decimal integer, or an
     /// add that would overflow 64 bits (reason `not_a_counter`). Nothing written.
     pub const NOT_A_COUNTER: u16 = 48;
+    /// A subscription ended because its shard was handed over to another broker (reason
+    /// `shard_moved`); `leader` names the new owner, where it resumes after the last offset
+    /// received.
+    pub const SHARD_MOVED: u16 = 53;
+    /// A shard move was refused because another move of the shard is under way (reason
+    /// `move_in_progress`); nothing changed. Retry once it finished.
+    pub const MOVE_IN_PROGRESS: u16 = 54;
 }
 
 impl ErrorBody {

@@ -194,8 +194,8 @@ impl Client {
     }
 
     /// Resolves, with that topology, once another broker's topology names a leader of
-    /// `shard` other than `leader` (checked every half second after the first second);
-    /// never otherwise.
+    /// `shard` other than `leader` and `leader` dead (checked every half second after the
+    /// first second); never otherwise.
     async fn leader_moved(
         &self,
         key: &StreamKey,
@@ -226,6 +226,9 @@ impl Client {
                 && topology
                     .shard(shard)
                     .is_some_and(|r| r.leader.is_some_and(|l| l != leader))
+                // A live old leader still answers: after a planned move (a drain) it
+                // forwards the publish it held to its successor (docs/shard-moves.md).
+                && !topology.broker(leader).is_some_and(|b| b.alive)
             {
                 return topology;
             }

@@ -38,9 +38,10 @@ pub(crate) enum Verdict {
 pub(crate) fn classify(error: &ClientError, sent: bool) -> Verdict {
     match error {
         ClientError::Broker(body) => match body.code {
-            codes::NOT_LEADER | codes::SHARD_UNAVAILABLE | codes::METADATA_UNAVAILABLE => {
-                Verdict::Refused
-            }
+            codes::NOT_LEADER
+            | codes::SHARD_UNAVAILABLE
+            | codes::METADATA_UNAVAILABLE
+            | codes::SHARD_MOVED => Verdict::Refused,
             codes::OVERLOADED if over_quota(error) => Verdict::Refused,
             codes::QUORUM_TIMEOUT => Verdict::Ambiguous,
             _ => Verdict::Final,
@@ -88,7 +89,10 @@ pub(crate) fn resumable_end(error: &ClientError) -> bool {
         ClientError::SubscriptionLagged { .. } => true,
         ClientError::Broker(body) => matches!(
             body.code,
-            codes::NOT_LEADER | codes::SHARD_UNAVAILABLE | codes::METADATA_UNAVAILABLE
+            codes::NOT_LEADER
+                | codes::SHARD_UNAVAILABLE
+                | codes::METADATA_UNAVAILABLE
+                | codes::SHARD_MOVED
         ),
         ClientError::Connect(_) | ClientError::Transport(_) | ClientError::Timeout => true,
         _ => false,

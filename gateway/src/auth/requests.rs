@@ -140,6 +140,7 @@ pub fn check_for(request: &Request) -> Check {
         } => Check::Action(Action::StreamPublish, stream(tenant, namespace, name)),
         R::ProducerInit {} => Check::Authenticated,
         R::Group(g) => group_check(g),
+        R::Cluster(_) => Check::Action(Action::ClusterManage, Resource::Cluster),
         R::Cache(c) => cache_check(c),
     }
 }

@@ -322,6 +322,28 @@ settings! {
     #[arg(env = "FELIX_LEASE_MS", value_name = "MS")]
     lease_ms: u64 = 10_000, at_least_one;
 
+    /// How long a publish that reaches a shard while it is handed over to another broker
+    /// (a drain, a rebalance, `felixctl shard move`) is held before it is refused.
+    ///
+    /// Held publishes are forwarded to the new leader once it leads; only a hand-over longer
+    /// than this refuses one, as `shard_unavailable` with reason `moving`, unwritten. See
+    /// docs/shard-moves.md.
+    ///
+    /// Default: `2000`
+    #[arg(env = "FELIX_SHARD_MOVE_HOLD_MS", value_name = "MS")]
+    shard_move_hold_ms: u64 = 2_000, at_least_one;
+
+    /// How long a broker's lease must have been lapsed before the control plane moves its
+    /// follower replicas to live brokers, so the cluster returns to full replication.
+    ///
+    /// A Leader stream's shard the dead broker leads is not moved: it waits for that broker.
+    /// Use the same value on every member (the control plane's leader applies its own). See
+    /// docs/shard-moves.md.
+    ///
+    /// Default: `600000` (10 minutes)
+    #[arg(env = "FELIX_REPLICA_REPLACE_AFTER_MS", value_name = "MS")]
+    replica_replace_after_ms: u64 = 600_000, at_least_one;
+
     /// PEM certificate chain (leaf first) the QUIC listener presents.
     ///
     /// Needs `tls_key`. Without both, a CA and a certificate for `localhost`, `127.0.0.1` and

@@ -172,10 +172,28 @@ pub(crate) async fn lead(node: Weak<Node>, shard: Arc<Shard>, generation: u64, r
             _ => {}
         }
         if matches!(&*repl.role.borrow(), Role::Leader { .. }) {
+            crate::moves::handover::advance(&node, &b, &shard, generation);
+            // A move changes the replica set without a new generation: the majority is
+            // counted over the voters (not a destination still catching up), and the
+            // destination is reported in sync once it holds the mark.
+            let (replicas, voters) = repl
+                .placement
+                .borrow()
+                .as_ref()
+                .filter(|p| p.generation == generation)
+                .map_or_else(
+                    || (replicas.clone(), replicas.clone()),
+                    |p| (p.replicas.clone(), p.voters()),
+                );
             let end = log.committed_offset();
             if b.is_quorum(&shard.key) {
                 let ends = repl.mark.ends(b.broker_id(), end);
-                let (mark, in_sync) = quorum_mark(&replicas, &ends, floor);
+                let (mark, _) = quorum_mark(&voters, &ends, floor);
+                let in_sync = replicas
+                    .iter()
+                    .copied()
+                    .filter(|r| ends.get(r).copied().unwrap_or(0) >= mark)
+                    .collect();
                 if mark > repl.mark.get() {
                     let cmd = Command::ReportReplicas {
                         shard: shard.key.clone(),

@@ -32,6 +32,8 @@ pub struct ReplState {
     pub mark: QuorumMark,
     /// The newest placement this broker has seen for the shard.
     pub placement: watch::Sender<Option<Placement>>,
+    /// The shard's move on this broker: the hand-over fence (`crate::moves`).
+    pub moves: crate::moves::progress::MoveProgress,
 }
 
 impl ReplState {
@@ -40,6 +42,7 @@ impl ReplState {
             role: watch::channel(Role::Unplaced).0,
             mark: QuorumMark::new(visible),
             placement: watch::channel(None).0,
+            moves: Default::default(),
         }
     }
 

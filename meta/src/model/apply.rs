@@ -174,8 +174,11 @@ impl MetaState {
                         "a broker needs client and internal addresses".into(),
                     ));
                 }
-                // Re-registration (a restart, an address change) replaces the entry.
-                self.brokers.insert(broker.id, broker.clone());
+                // Re-registration (a restart, an address change) replaces the entry; a drain
+                // outlives the restart that maintenance usually is.
+                let mut broker = broker.clone();
+                broker.draining = self.brokers.get(&broker.id).is_some_and(|b| b.draining);
+                self.brokers.insert(broker.id, broker);
                 Ok(Applied::Done)
             }
             Command::SetBrokerAlive { id, alive } => {
@@ -271,6 +274,11 @@ impl MetaState {
                 stream,
                 name,
             } => self.delete_group(tenant, namespace, stream, name),
+            Command::StartMove { .. }
+            | Command::HandOver { .. }
+            | Command::FinishMove { .. }
+            | Command::CancelMove { .. }
+            | Command::SetBrokerDraining { .. } => self.apply_move(cmd),
             Command::Batch { commands } => {
                 let results = commands.iter().map(|c| self.apply(c)).collect();
                 Ok(Applied::Batch { results })

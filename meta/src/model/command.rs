@@ -206,6 +206,36 @@ pub enum Command {
         stream: String,
         name: String,
     },
+    /// Starts moving a shard's replica from broker `from` to broker `to`: `to` joins the
+    /// replica set and catches up (see `moves.rs`). Refused while another move of the shard
+    /// is under way ([`CommandError::MoveInProgress`]).
+    StartMove {
+        shard: ShardKey,
+        from: u64,
+        to: u64,
+    },
+    /// The moving leader's hand-over at its fence: `to` leads generation `generation + 1`,
+    /// which starts at `end` (the fenced leader's whole log, which `to` holds).
+    HandOver {
+        shard: ShardKey,
+        generation: u64,
+        to: u64,
+        end: u64,
+    },
+    /// Ends a move: its `from` leaves the replica set (it no longer leads).
+    FinishMove {
+        shard: ShardKey,
+        generation: u64,
+    },
+    /// Rolls a move back before its hand-over: its `to` leaves the replica set.
+    CancelMove {
+        shard: ShardKey,
+    },
+    /// Marks a broker draining (its shards move off, nothing new is placed on it) or not.
+    SetBrokerDraining {
+        id: u64,
+        draining: bool,
+    },
     /// Several commands in one log entry, applied in order; each has its own answer. The
     /// proposer batches commands that queue up while a Raft write is in flight.
     Batch {

@@ -18,6 +18,22 @@ use super::settings::Consistency;
 use super::state::{EpochStart, MetaState, Placement, Replication};
 
 impl Placement {
+    /// The replicas a Quorum shard's majority is counted over: all of them, but a move's
+    /// destination until it leads (it joins the in-sync set once it holds the mark, and a
+    /// hand-over or the move's end needs it there). So adding a replica while another is
+    /// down never needs more live copies than before the move.
+    pub fn voters(&self) -> Vec<u64> {
+        match self.moving {
+            Some(m) if self.leader != Some(m.to) => self
+                .replicas
+                .iter()
+                .copied()
+                .filter(|b| *b != m.to)
+                .collect(),
+            _ => self.replicas.clone(),
+        }
+    }
+
     /// Where generation `generation` began, if it is recorded.
     pub fn epoch_start(&self, generation: u64) -> Option<u64> {
         self.epochs
@@ -90,6 +106,7 @@ impl MetaState {
             leader: None,
             generation: 0,
             epochs: Vec::new(),
+            moving: None,
         });
         if new_leader.is_some() {
             entry.generation += 1;
@@ -142,12 +159,12 @@ impl MetaState {
         if let Some(b) = in_sync.iter().find(|b| !placement.replicas.contains(b)) {
             return invalid(format!("{shard}: broker {b} is not a replica"));
         }
-        let majority = placement.replicas.len() / 2 + 1;
-        if in_sync.len() < majority {
+        let voters = placement.voters();
+        let majority = voters.len() / 2 + 1;
+        let voting = in_sync.iter().filter(|b| voters.contains(b)).count();
+        if voting < majority {
             return invalid(format!(
-                "{shard}: {} in-sync replicas are fewer than a majority of {}",
-                in_sync.len(),
-                placement.replicas.len()
+                "{shard}: {voting} in-sync replicas are fewer than a majority of {voters:?}"
             ));
         }
         if let Some(r) = self.replication.get(shard)

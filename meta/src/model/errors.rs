@@ -41,6 +41,9 @@ pub enum CommandError {
         given: u64,
         current: u64,
     },
+    /// Another move of the shard is under way; it finishes or is cancelled first.
+    #[error("shard {shard} is already moving from broker {from} to broker {to}")]
+    MoveInProgress { shard: String, from: u64, to: u64 },
 }
 
 pub(super) fn exists(kind: &str, name: impl Into<String>) -> CommandError {

@@ -19,6 +19,8 @@
 //!   reports: a leader change on a quorum stream is refused unless the new leader is known
 //!   to hold every acknowledged record.
 //! * `manifest.rs` — a shard's segment manifest: no gap, no overlap.
+//! * `moves.rs` — shard moves: a replica added, leadership handed over at a fence, the old
+//!   replica removed; draining brokers.
 //! * `auth.rs` — signing keys, roles, bindings, revocations and the bootstrap token
 //!   (the state itself and the token logic are in [`crate::auth`]).
 //! * `groups.rs` — consumer groups: which exist and their settings (not their progress);
@@ -33,6 +35,7 @@ mod epochs;
 mod errors;
 mod groups;
 mod manifest;
+mod moves;
 mod names;
 mod placement;
 mod settings;
@@ -48,5 +51,6 @@ pub use names::{MAX_NAME_LEN, ShardKey, stream_key};
 pub use placement::placed_replicas;
 pub use settings::{Consistency, Durability, StreamSettings, StreamSettingsPatch};
 pub use state::{
-    Broker, EpochStart, MetaState, Placement, Replication, SegmentEntry, Stream, TierState,
+    Broker, EpochStart, MetaState, Placement, Replication, SegmentEntry, ShardMove, Stream,
+    TierState,
 };

@@ -80,7 +80,16 @@ impl MetaState {
             return;
         };
         let replicas = placed_replicas(settings);
-        let alive = self.alive_brokers();
+        // A draining broker takes nothing new, unless every live broker drains.
+        let mut alive = self.alive_brokers();
+        let open: Vec<u64> = alive
+            .iter()
+            .copied()
+            .filter(|b| !self.brokers.get(b).is_some_and(|b| b.draining))
+            .collect();
+        if !open.is_empty() {
+            alive = open;
+        }
         if alive.is_empty() {
             return;
         }
@@ -102,6 +111,7 @@ impl MetaState {
                         generation: 1,
                         start_offset: 0,
                     }],
+                    moving: None,
                 },
             );
         }

@@ -46,6 +46,10 @@ pub struct Broker {
     pub zone: Option<String>,
     /// Whether the broker is considered alive (set by the meta leader from lease renewals).
     pub alive: bool,
+    /// Being emptied for maintenance (`felixctl broker drain`): the controller moves its
+    /// replicas and leaderships to other brokers and places nothing new on it.
+    #[serde(default)]
+    pub draining: bool,
 }
 
 /// Who holds a shard and who leads it.
@@ -60,6 +64,17 @@ pub struct Placement {
     /// Empty for placements made before epochs were recorded.
     #[serde(default)]
     pub epochs: Vec<EpochStart>,
+    /// A move under way (see `moves.rs`): `to` is in `replicas` and catching up; `from`
+    /// leaves once `to` holds everything (after a hand-over if `from` leads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moving: Option<ShardMove>,
+}
+
+/// One shard's replica moving from broker `from` to broker `to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardMove {
+    pub from: u64,
+    pub to: u64,
 }
 
 /// The offset at which a leader generation began: the shard's quorum mark when the

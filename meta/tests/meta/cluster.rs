@@ -389,6 +389,7 @@ async fn restarting_every_node_restores_identical_state() {
             internal_addr: c.addrs[&1].clone(),
             zone: Some("a".into()),
             alive: true,
+            draining: false,
         },
     })
     .await

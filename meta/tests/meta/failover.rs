@@ -144,6 +144,7 @@ async fn a_quorum_shard_fails_over_to_an_in_sync_replica_when_its_leader_stops_r
                 internal_addr: format!("127.0.0.1:{}", 6000 + id),
                 zone: None,
                 alive: true,
+                draining: false,
             },
         })
         .await

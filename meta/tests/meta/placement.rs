@@ -17,6 +17,7 @@ fn broker(id: u64, alive: bool) -> Broker {
         internal_addr: format!("127.0.0.1:{}", 6000 + id),
         zone: None,
         alive,
+        draining: false,
     }
 }
 

@@ -117,6 +117,15 @@ pub(crate) enum Command {
     /// Manage the trusted OIDC identity providers.
     #[command(subcommand)]
     Oidc(OidcCommand),
+    /// The cluster's brokers: list, drain, undrain (docs/shard-moves.md).
+    #[command(subcommand)]
+    Broker(crate::cluster::BrokerCommand),
+    /// Even out leaders and replicas over the brokers (`rebalance`).
+    #[command(subcommand)]
+    Cluster(crate::cluster::ClusterCommand),
+    /// Move a shard's replica (and its leadership) to another broker.
+    #[command(subcommand)]
+    Shard(crate::cluster::ShardCommand),
     /// List a stream's segments and objects: offsets, timestamps, size, tier and object key.
     Segments {
         /// The stream, as TENANT/NAMESPACE/STREAM.

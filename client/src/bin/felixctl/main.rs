@@ -12,6 +12,7 @@
 mod args;
 mod auth;
 mod cache;
+mod cluster;
 mod groups;
 mod oidc;
 mod output;
@@ -111,6 +112,9 @@ async fn run(mut cli: Cli) -> anyhow::Result<u8> {
         Command::Role(cmd) => auth::role_command(&client, cmd).await?,
         Command::Key(cmd) => auth::key_command(&client, cmd).await?,
         Command::Oidc(cmd) => oidc::oidc_command(&client, cmd).await?,
+        Command::Broker(cmd) => cluster::broker_command(&client, cmd).await?,
+        Command::Shard(cmd) => cluster::shard_command(&client, cmd).await?,
+        Command::Cluster(cmd) => cluster::cluster_command(&client, cmd).await?,
         Command::Login(_) => unreachable!("login is run before a token is resolved"),
         Command::Segments {
             path: (t, ns, s),

@@ -1,0 +1,294 @@
+//! `felixctl broker …` and `felixctl shard …`: the cluster's brokers, drains and shard moves
+//! (docs/shard-moves.md). A drain or a move is started, then followed until it is done,
+//! printing its progress; it exits with what is stuck if it does not finish in time.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Subcommand, ValueEnum};
+use felix_client::{BrokerInfo, Connection, MoveInfo};
+
+use crate::args::{StreamPath, stream_path};
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ListOutput {
+    /// An aligned table.
+    Text,
+    /// One JSON array of objects.
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum BrokerCommand {
+    /// Every registered broker: addresses, zone, alive, draining, shards led and held.
+    List {
+        #[arg(long, value_enum, default_value_t = ListOutput::Text)]
+        output: ListOutput,
+    },
+    /// Moves every replica and leadership off broker ID; shows progress and exits when it
+    /// holds none (or with what is stuck after --wait).
+    Drain {
+        id: u64,
+        /// How long to follow the drain before giving up (it carries on without felixctl).
+        #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+        wait: Duration,
+        /// Start the drain and return at once.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Lets broker ID take shards again.
+    Undrain { id: u64 },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ClusterCommand {
+    /// Evens out leaders, then replicas, over the live brokers: prints the plan, then makes
+    /// its moves four at a time, waiting for each batch.
+    Rebalance {
+        /// Print the plan only.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, value_enum, default_value_t = ListOutput::Text)]
+        output: ListOutput,
+        /// How long to follow each batch of moves before giving up.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        wait: Duration,
+    },
+}
+
+/// Moves a rebalance starts at once.
+const REBALANCE_BATCH: usize = 4;
+
+pub(crate) async fn cluster_command(
+    client: &Connection,
+    cmd: ClusterCommand,
+) -> anyhow::Result<u8> {
+    let ClusterCommand::Rebalance {
+        dry_run,
+        output,
+        wait,
+    } = cmd;
+    let plan = client
+        .plan_rebalance()
+        .await
+        .context("planning a rebalance")?;
+    match output {
+        ListOutput::Json => println!("{}", serde_json::to_string(&plan)?),
+        ListOutput::Text => {
+            println!("{} moves planned", plan.len());
+            for m in &plan {
+                println!(
+                    "  {}/{}/{} shard {}: broker {} -> broker {}",
+                    m.tenant, m.namespace, m.stream, m.shard, m.from, m.to
+                );
+            }
+        }
+    }
+    if dry_run || plan.is_empty() {
+        return Ok(0);
+    }
+    let mut rest = plan.as_slice();
+    while !rest.is_empty() {
+        // One move per shard at a time: a batch ends before a shard's second move.
+        let mut batch: Vec<&MoveInfo> = Vec::new();
+        for m in rest {
+            let same = |b: &&MoveInfo| {
+                b.tenant == m.tenant
+                    && b.namespace == m.namespace
+                    && b.stream == m.stream
+                    && b.shard == m.shard
+            };
+            if batch.len() == REBALANCE_BATCH || batch.iter().any(same) {
+                break;
+            }
+            batch.push(m);
+        }
+        rest = &rest[batch.len()..];
+        for m in &batch {
+            client
+                .move_shard(
+                    &m.tenant,
+                    &m.namespace,
+                    &m.stream,
+                    m.shard,
+                    m.to,
+                    Some(m.from),
+                )
+                .await
+                .with_context(|| {
+                    format!(
+                        "moving {}/{}/{} shard {} from broker {} to broker {}",
+                        m.tenant, m.namespace, m.stream, m.shard, m.from, m.to
+                    )
+                })?;
+        }
+        let code = follow(client, wait, |_, moves| {
+            let left = batch
+                .iter()
+                .filter(|m| {
+                    moves.iter().any(|u| {
+                        u.tenant == m.tenant
+                            && u.namespace == m.namespace
+                            && u.stream == m.stream
+                            && u.shard == m.shard
+                    })
+                })
+                .count();
+            println!(
+                "{left} of a batch of {} moves under way; {} more planned",
+                batch.len(),
+                rest.len()
+            );
+            (left == 0).then_some(())
+        })
+        .await?;
+        if code != 0 {
+            return Ok(code);
+        }
+    }
+    Ok(0)
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ShardCommand {
+    /// Moves a shard's replica to broker --to: the leader's (so leadership moves), or the
+    /// one on broker --replace. Waits until the move is done.
+    Move {
+        #[arg(value_name = "TENANT/NS/STREAM", value_parser = stream_path)]
+        path: StreamPath,
+        shard: u32,
+        #[arg(long)]
+        to: u64,
+        #[arg(long)]
+        replace: Option<u64>,
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        wait: Duration,
+    },
+}
+
+pub(crate) async fn broker_command(client: &Connection, cmd: BrokerCommand) -> anyhow::Result<u8> {
+    match cmd {
+        BrokerCommand::List { output } => {
+            let brokers = client.list_brokers().await.context("listing brokers")?;
+            print_brokers(&brokers, output)?;
+            Ok(0)
+        }
+        BrokerCommand::Undrain { id } => {
+            client
+                .set_draining(id, false)
+                .await
+                .with_context(|| format!("undraining broker {id}"))?;
+            println!("broker {id} takes shards again");
+            Ok(0)
+        }
+        BrokerCommand::Drain { id, wait, no_wait } => {
+            let known = client.list_brokers().await.context("listing brokers")?;
+            if !known.iter().any(|b| b.id == id) {
+                bail!("no broker {id} is registered");
+            }
+            client
+                .set_draining(id, true)
+                .await
+                .with_context(|| format!("draining broker {id}"))?;
+            println!("draining broker {id}");
+            if no_wait {
+                return Ok(0);
+            }
+            follow(client, wait, |brokers, moves| {
+                let b = brokers.iter().find(|b| b.id == id)?;
+                let here: Vec<&MoveInfo> = moves.iter().filter(|m| m.from == id).collect();
+                println!(
+                    "broker {id}: {} replicas, {} leaderships left; {} moves under way",
+                    b.replicas,
+                    b.leaders,
+                    here.len()
+                );
+                (b.replicas == 0).then_some(())
+            })
+            .await
+        }
+    }
+}
+
+pub(crate) async fn shard_command(client: &Connection, cmd: ShardCommand) -> anyhow::Result<u8> {
+    let ShardCommand::Move {
+        path: (t, ns, s),
+        shard,
+        to,
+        replace,
+        wait,
+    } = cmd;
+    client
+        .move_shard(&t, &ns, &s, shard, to, replace)
+        .await
+        .with_context(|| format!("moving {t}/{ns}/{s} shard {shard} to broker {to}"))?;
+    println!("moving {t}/{ns}/{s} shard {shard} to broker {to}");
+    follow(client, wait, |_, moves| {
+        let m = moves
+            .iter()
+            .find(|m| m.tenant == t && m.namespace == ns && m.stream == s && m.shard == shard);
+        match m {
+            Some(m) => {
+                println!("{}", m.phase);
+                None
+            }
+            None => Some(()),
+        }
+    })
+    .await
+}
+
+/// Polls the brokers and moves every 500 ms until `done` says so or `wait` passes; prints
+/// what is stuck then.
+async fn follow(
+    client: &Connection,
+    wait: Duration,
+    mut done: impl FnMut(&[BrokerInfo], &[MoveInfo]) -> Option<()>,
+) -> anyhow::Result<u8> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let brokers = client.list_brokers().await.context("listing brokers")?;
+        let moves = client.list_moves().await.context("listing moves")?;
+        if done(&brokers, &moves).is_some() {
+            println!("done");
+            return Ok(0);
+        }
+        if Instant::now() >= deadline {
+            eprintln!("not done after {wait:?}; moves under way:");
+            for m in &moves {
+                eprintln!(
+                    "  {}/{}/{} shard {}: {} -> {} ({})",
+                    m.tenant, m.namespace, m.stream, m.shard, m.from, m.to, m.phase
+                );
+            }
+            return Ok(1);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+fn print_brokers(brokers: &[BrokerInfo], output: ListOutput) -> anyhow::Result<()> {
+    match output {
+        ListOutput::Json => println!("{}", serde_json::to_string(brokers)?),
+        ListOutput::Text => {
+            println!(
+                "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8}",
+                "id", "quic_addr", "kafka_addr", "zone", "alive", "draining", "leaders", "replicas"
+            );
+            for b in brokers {
+                println!(
+                    "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8}",
+                    b.id,
+                    b.quic_addr,
+                    b.kafka_addr.as_deref().unwrap_or("-"),
+                    b.zone.as_deref().unwrap_or("-"),
+                    b.alive,
+                    b.draining,
+                    b.leaders,
+                    b.replicas
+                );
+            }
+        }
+    }
+    Ok(())
+}
