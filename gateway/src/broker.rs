@@ -164,13 +164,6 @@ impl Broker {
             Arc::downgrade(&node),
             tier_store,
         ));
-        // A shard move carries the shard's group journal too (`moves::shard_logs`).
-        let _ = broker
-            .node
-            .shard_logs
-            .set(Arc::new(crate::moves::shard_logs::GroupJournals(
-                Arc::downgrade(&broker),
-            )));
         Ok(broker)
     }
 

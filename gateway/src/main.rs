@@ -197,6 +197,8 @@ async fn serve(config: &BrokerConfig, meta: &MetaNode, slot: BrokerSlot) -> anyh
     let broker = Broker::start(config, meta.handle().clone(), metrics.clone())
         .await
         .context("start the broker")?;
+    // A shard move carries the shard's group journal too (`moves::shard_logs`).
+    felix_gateway::groups::move_logs::register(&broker);
     // Consumer groups' once-a-second pass (lapsed dead letters, compaction, gauges).
     tokio::spawn(felix_gateway::groups::sweep::run(Arc::downgrade(&broker)));
     // Caches' once-a-second pass (expiry deletes, compaction, gauges).

@@ -35,6 +35,7 @@ pub mod duty;
 pub(crate) mod follow;
 pub(crate) mod journal;
 pub mod metrics;
+pub mod move_logs;
 pub(crate) mod poll;
 pub(crate) mod recover;
 pub(crate) mod registry;

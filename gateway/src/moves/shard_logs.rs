@@ -20,26 +20,3 @@ pub trait ShardLogs: Send + Sync {
     /// shard's leader) holds now.
     fn caught_up<'a>(&'a self, shard: &'a ShardKey, to: u64) -> BoxFuture<'a, bool>;
 }
-
-/// The consumer-group journals (`groups::replica`): `to` holds a shard's journal once its
-/// reported end reached this leader's. A shard with no journal open here, or an empty one,
-/// has nothing to carry; the leader itself holds its own.
-pub(crate) struct GroupJournals(pub(crate) std::sync::Weak<crate::broker::Broker>);
-
-impl ShardLogs for GroupJournals {
-    fn caught_up<'a>(&'a self, shard: &'a ShardKey, to: u64) -> BoxFuture<'a, bool> {
-        Box::pin(async move {
-            let Some(broker) = self.0.upgrade() else {
-                return true;
-            };
-            if broker.node.broker_id() == to {
-                return true;
-            }
-            match broker.group_journal_ends(shard).await {
-                None => true,
-                Some((0, _)) => true,
-                Some((end, ends)) => ends.iter().any(|(r, e)| *r == to && *e >= end),
-            }
-        })
-    }
-}
