@@ -40,7 +40,9 @@ if [ "${FELIX_SKIP_INSTALL:-0}" != 1 ]; then
   if ! command -v kcat >/dev/null 2>&1; then
     apt-get install -y kcat || { apt-get update && apt-get install -y kcat; }
   fi
-  python3 -c 'import confluent_kafka' 2>/dev/null || python3 -m pip install --quiet confluent-kafka
+  # 2.16 or later: its ShareConsumer drives the share-group tests (broker::kafka_share).
+  python3 -c 'from confluent_kafka import ShareConsumer' 2>/dev/null \
+    || python3 -m pip install --quiet 'confluent-kafka>=2.16'
   # The Kafka clients that are not librdkafka (gateway/tests/broker/kafka_clients.rs):
   # aiokafka and kafka-python from PyPI, kafkajs from npm on Debian's node. kafkajs goes
   # outside the repository, where the test looks for it (or FELIX_KAFKAJS_MODULES says).
