@@ -136,7 +136,7 @@ async fn two_share_consumers_accept_each_record_once_and_dead_letter_rejects_and
         ],
     )
     .await;
-    let (want, rejected) = assert_split(&out, "share-orders", COUNT);
+    let (want, rejected) = assert_split(&out, "share-orders", COUNT, true);
     // One state for both faces: the Felix group's progress is the share group's.
     let info = client
         .describe_group(TENANT, NS, "share-orders", "billing")
@@ -721,7 +721,17 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
 /// acknowledgement failed, both consumers accepted records, each record accepted exactly
 /// once, each released one again as delivery 2, each rejected one and the poison record
 /// dead-lettered once with their headers naming `topic`. Returns the accepted and the rejected records.
-fn assert_split(out: &Value, topic: &str, count: u64) -> (BTreeSet<u64>, BTreeSet<u64>) {
+///
+/// `both_consumers`: whether each consumer must have accepted some. Nothing promises a
+/// consumer a share (every consumer may receive from every shard, first come), so this holds
+/// only where the records outlast one consumer's first polls (1,000 on one broker); on a
+/// loaded cluster one consumer can take 300 records before the other's first fetch answers.
+fn assert_split(
+    out: &Value,
+    topic: &str,
+    count: u64,
+    both_consumers: bool,
+) -> (BTreeSet<u64>, BTreeSet<u64>) {
     let errors = out["errors"].as_array().expect("errors");
     assert!(errors.is_empty(), "no acknowledgement failed: {errors:?}");
     let entries = |v: &Value| -> Vec<(u64, u64, u64, u64)> {
@@ -738,7 +748,7 @@ fn assert_split(out: &Value, topic: &str, count: u64) -> (BTreeSet<u64>, BTreeSe
         (0..2).map(|c| entries(&out["accepted"][c])).collect();
     for (c, accepted) in by_consumer.iter().enumerate() {
         assert!(
-            !accepted.is_empty(),
+            !both_consumers || !accepted.is_empty(),
             "consumer {c} accepted none: the records were not split"
         );
     }
@@ -890,5 +900,5 @@ async fn share_consumers_on_a_cluster_fetch_from_each_partition_leader() {
         ],
     )
     .await;
-    assert_split(&out, "spread", COUNT);
+    assert_split(&out, "spread", COUNT, false);
 }
