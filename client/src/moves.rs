@@ -77,6 +77,14 @@ macro_rules! cluster_requests {
             self.cluster(request, true).await.map(|_| ())
         }
 
+        /// Forgets broker `id` (registry and control-plane membership); refused while it is
+        /// alive or holds a replica.
+        pub async fn remove_broker(&self, id: u64) -> Result<(), $crate::ClientError> {
+            self.cluster($crate::ClusterRequest::RemoveBroker { id }, true)
+                .await
+                .map(|_| ())
+        }
+
         /// Starts moving one shard's replica (the leader's, unless `replace` names one) to
         /// broker `to`; answered with the shard's generation once recorded.
         pub async fn move_shard(

@@ -6,4 +6,5 @@ mod meta {
     mod moves;
     mod placement;
     mod storage;
+    mod zones;
 }

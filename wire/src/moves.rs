@@ -20,6 +20,9 @@ pub enum ClusterRequest {
     DrainBroker { id: u64 },
     /// Lets broker `id` take shards again (moves already made stay).
     UndrainBroker { id: u64 },
+    /// Forgets broker `id`: takes it out of the registry and the control plane's members.
+    /// Refused while it is alive or holds a replica (drain it, stop it, then remove it).
+    RemoveBroker { id: u64 },
     /// Moves one shard's replica onto broker `to`: the replica of `replace` if given, else
     /// the leader's (so leadership moves to `to`).
     MoveShard {
@@ -70,6 +73,10 @@ pub struct BrokerInfo {
     pub leaders: u64,
     /// Shards it holds a replica of (led ones included).
     pub replicas: u64,
+    /// Bytes of its shards' local (hot) logs, as the broker itself reports them; `None`
+    /// when it did not answer (dead, or too slow).
+    #[serde(default)]
+    pub hot_bytes: Option<u64>,
 }
 
 /// One move under way.

@@ -189,6 +189,7 @@ impl MetaState {
                 b.alive = *alive;
                 Ok(Applied::Done)
             }
+            Command::RemoveBroker { id } => self.remove_broker(*id),
             Command::SetPlacement {
                 shard,
                 replicas,

@@ -66,6 +66,11 @@ pub enum Command {
         id: u64,
         alive: bool,
     },
+    /// Forgets a broker (`felixctl broker remove`): refused while it is recorded alive or any
+    /// placement names it, so nothing it holds is forgotten with it.
+    RemoveBroker {
+        id: u64,
+    },
     /// Sets a shard's replica set and leader; a leader change bumps the generation and
     /// starts an epoch at the shard's quorum mark. On a quorum stream with acknowledged
     /// records, the new leader must be one of the in-sync replicas.

@@ -25,6 +25,8 @@
 //!   (the state itself and the token logic are in [`crate::auth`]).
 //! * `groups.rs` — consumer groups: which exist and their settings (not their progress);
 //!   `apply_groups.rs` applies their commands.
+//! * `zones.rs` — failure domains: replicas of a shard in distinct zones where there are
+//!   enough.
 //! * [`shard_map`] — the serde form of maps keyed by a shard.
 
 mod apply;
@@ -41,6 +43,7 @@ mod placement;
 mod settings;
 pub mod shard_map;
 mod state;
+mod zones;
 
 pub use command::{Applied, Command};
 pub use errors::CommandError;
@@ -54,3 +57,4 @@ pub use state::{
     Broker, EpochStart, MetaState, Placement, Replication, SegmentEntry, ShardMove, Stream,
     TierState,
 };
+pub use zones::{MAX_ZONE_LEN, check_zone};

@@ -20,7 +20,8 @@ pub(crate) enum ListOutput {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum BrokerCommand {
-    /// Every registered broker: addresses, zone, alive, draining, shards led and held.
+    /// Every registered broker: addresses, zone, alive, draining, shards led and held, and
+    /// the bytes of its local logs (blank when it did not answer).
     List {
         #[arg(long, value_enum, default_value_t = ListOutput::Text)]
         output: ListOutput,
@@ -38,6 +39,11 @@ pub(crate) enum BrokerCommand {
     },
     /// Lets broker ID take shards again.
     Undrain { id: u64 },
+    /// Forgets broker ID for good: takes it out of the broker list and the control plane's
+    /// members. Refused while it is alive or holds a replica: drain it, stop it, then
+    /// remove it (a dead broker's replicas are replaced by the controller after
+    /// replica_replace_after_ms).
+    Remove { id: u64 },
 }
 
 #[derive(Subcommand, Debug)]
@@ -173,6 +179,14 @@ pub(crate) async fn broker_command(client: &Connection, cmd: BrokerCommand) -> a
             print_brokers(&brokers, output)?;
             Ok(0)
         }
+        BrokerCommand::Remove { id } => {
+            client
+                .remove_broker(id)
+                .await
+                .with_context(|| format!("removing broker {id}"))?;
+            println!("broker {id} removed");
+            Ok(0)
+        }
         BrokerCommand::Undrain { id } => {
             client
                 .set_draining(id, false)
@@ -272,12 +286,20 @@ fn print_brokers(brokers: &[BrokerInfo], output: ListOutput) -> anyhow::Result<(
         ListOutput::Json => println!("{}", serde_json::to_string(brokers)?),
         ListOutput::Text => {
             println!(
-                "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8}",
-                "id", "quic_addr", "kafka_addr", "zone", "alive", "draining", "leaders", "replicas"
+                "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8} {:>10}",
+                "id",
+                "quic_addr",
+                "kafka_addr",
+                "zone",
+                "alive",
+                "draining",
+                "leaders",
+                "replicas",
+                "hot_bytes"
             );
             for b in brokers {
                 println!(
-                    "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8}",
+                    "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8} {:>10}",
                     b.id,
                     b.quic_addr,
                     b.kafka_addr.as_deref().unwrap_or("-"),
@@ -285,7 +307,8 @@ fn print_brokers(brokers: &[BrokerInfo], output: ListOutput) -> anyhow::Result<(
                     b.alive,
                     b.draining,
                     b.leaders,
-                    b.replicas
+                    b.replicas,
+                    b.hot_bytes.map_or("-".to_owned(), |n| n.to_string())
                 );
             }
         }
