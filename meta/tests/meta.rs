@@ -3,6 +3,7 @@
 mod meta {
     mod cluster;
     mod failover;
+    mod force;
     mod moves;
     mod placement;
     mod storage;

@@ -33,6 +33,11 @@ pub enum ClusterRequest {
         to: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replace: Option<u64>,
+        /// A Leader stream's shard whose leader is dead: make `to` (a follower) lead from
+        /// the end of its own copy, accepting the loss of what the old leader acknowledged
+        /// past it. Answered [`ClusterResponse::Forced`].
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
     },
     /// The moves under way.
     ListMoves {},
@@ -56,6 +61,14 @@ pub enum ClusterResponse {
         generation: u64,
     },
     Done {},
+    /// A shard was forced onto a follower's copy: it leads `generation` from `start`; what
+    /// `old_leader` acknowledged at or past `start` is lost.
+    Forced {
+        generation: u64,
+        start: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        old_leader: Option<u64>,
+    },
 }
 
 /// A broker as `felixctl broker list` shows it.

@@ -68,6 +68,7 @@ pub(crate) async fn serve(
             shard,
             to,
             replace,
+            force,
         } => {
             if !node.cluster {
                 return Err(single_node());
@@ -78,6 +79,9 @@ pub(crate) async fn serve(
                 stream,
                 shard,
             };
+            if force {
+                return super::force::force(broker, key, to).await;
+            }
             // The leader's replica unless told which: moving a shard means moving who serves it.
             let from = match replace {
                 Some(from) => from,

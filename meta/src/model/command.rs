@@ -227,6 +227,15 @@ pub enum Command {
         to: u64,
         end: u64,
     },
+    /// Makes follower `to` lead a Leader stream's shard whose leader is dead, from the end
+    /// of its own log (`end`), accepting the loss of what the old leader acknowledged past
+    /// it (`felixctl shard move --force`; `force.rs`). `generation` must be current.
+    ForceLeader {
+        shard: ShardKey,
+        generation: u64,
+        to: u64,
+        end: u64,
+    },
     /// Ends a move: its `from` leaves the replica set (it no longer leads).
     FinishMove {
         shard: ShardKey,

@@ -21,6 +21,8 @@
 //! * `manifest.rs` — a shard's segment manifest: no gap, no overlap.
 //! * `moves.rs` — shard moves: a replica added, leadership handed over at a fence, the old
 //!   replica removed; draining brokers.
+//! * `force.rs` — a Leader stream's shard forced onto a follower's copy when its leader is
+//!   dead, the loss accepted by an operator.
 //! * `auth.rs` — signing keys, roles, bindings, revocations and the bootstrap token
 //!   (the state itself and the token logic are in [`crate::auth`]).
 //! * `groups.rs` — consumer groups: which exist and their settings (not their progress);
@@ -35,6 +37,7 @@ mod auth;
 mod command;
 mod epochs;
 mod errors;
+mod force;
 mod groups;
 mod manifest;
 mod moves;

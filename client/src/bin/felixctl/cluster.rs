@@ -159,14 +159,23 @@ pub(crate) async fn cluster_command(
 pub(crate) enum ShardCommand {
     /// Moves a shard's replica to broker --to: the leader's (so leadership moves), or the
     /// one on broker --replace. Waits until the move is done.
+    ///
+    /// With --force, for a Leader stream's shard whose leader is dead: broker --to (one of
+    /// its followers) leads from the end of its own copy at once, and whatever the dead
+    /// leader acknowledged past that is lost (printed as a warning). Without it such a
+    /// shard waits for its leader to return, as nothing else surely holds every record it
+    /// acknowledged.
     Move {
         #[arg(value_name = "TENANT/NS/STREAM", value_parser = stream_path)]
         path: StreamPath,
         shard: u32,
         #[arg(long)]
         to: u64,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "force")]
         replace: Option<u64>,
+        /// Accept losing what a dead leader acknowledged past --to's copy.
+        #[arg(long)]
+        force: bool,
         #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
         wait: Duration,
     },
@@ -230,8 +239,24 @@ pub(crate) async fn shard_command(client: &Connection, cmd: ShardCommand) -> any
         shard,
         to,
         replace,
+        force,
         wait,
     } = cmd;
+    if force {
+        let (generation, start, old) = client
+            .force_shard_leader(&t, &ns, &s, shard, to)
+            .await
+            .with_context(|| format!("forcing {t}/{ns}/{s} shard {shard} onto broker {to}"))?;
+        let old = old.map_or("the dead leader".to_owned(), |o| format!("broker {o}"));
+        eprintln!(
+            "WARNING: records {old} acknowledged at or after offset {start} of {t}/{ns}/{s} \
+             shard {shard} are lost; they are cut from its copy if it returns"
+        );
+        println!(
+            "broker {to} leads {t}/{ns}/{s} shard {shard} from offset {start} (generation {generation})"
+        );
+        return Ok(0);
+    }
     client
         .move_shard(&t, &ns, &s, shard, to, replace)
         .await
