@@ -45,6 +45,10 @@ pub(crate) struct Shards {
     /// Hot history blocks shared by catching-up subscribers of every shard.
     pub(crate) hot_reads: Arc<felix_hot::ReadCache>,
     tier_observer: Arc<dyn TierObserver>,
+    /// Turns true once the start-up sweep of deleted streams and moved replicas is done;
+    /// placements are acted on only after it, so a placement replayed from the control
+    /// plane's history does not open a shard the sweep is about to remove.
+    swept: watch::Sender<bool>,
 }
 
 impl Shards {
@@ -61,6 +65,7 @@ impl Shards {
             tier_store,
             cold_cache,
             tier_observer,
+            swept: watch::channel(false).0,
         }
     }
 
@@ -94,6 +99,44 @@ impl Shards {
             .filter_map(|s| s.log.as_ref())
             .map(ShardLog::size_bytes)
             .sum()
+    }
+
+    /// Removes the local files of shards `elsewhere` (stream key → shards placed only on
+    /// other brokers), at start. Each is checked again under the open-shard lock, which
+    /// opening a shard holds: one placed here again meanwhile keeps its files.
+    fn remove_moved_replicas(&self, elsewhere: &HashMap<String, Vec<u32>>) {
+        let me = self.node.config.node_id;
+        for (stream, shards) in elsewhere {
+            let mut parts = stream.splitn(3, '/');
+            let (Some(t), Some(n), Some(s)) = (parts.next(), parts.next(), parts.next()) else {
+                continue;
+            };
+            let dir = self.stream_dir(t, n, s);
+            for &shard in shards {
+                let key = shard_key(t, n, s, shard);
+                let mut open = self.open.lock();
+                let placed_here = self
+                    .node
+                    .registry
+                    .borrow()
+                    .placements
+                    .get(&key)
+                    .is_none_or(|p| p.replicas.contains(&me) || p.leader == Some(me));
+                if placed_here {
+                    continue;
+                }
+                // Opened meanwhile from the control plane's history as it was replayed at
+                // start (a placement that named this broker then): closed, as a deleted
+                // stream's shard is; its group journal is let go by the groups' next pass.
+                if let Some(s) = open.remove(&key) {
+                    s.close();
+                }
+                if crate::stream_files::remove_replica_files(&dir, shard) {
+                    info!(shard = %key, "removed the files of a replica now placed on other brokers");
+                }
+                drop(open);
+            }
+        }
     }
 
     /// Takes every open shard out (shutdown).
@@ -394,21 +437,30 @@ pub(crate) async fn watch_deletes(shards: Weak<Shards>) {
 
 /// Opens every durable shard once the registry is loaded, so uploads and retention resume
 /// after a restart without waiting for a client to touch each stream. First removes the
-/// files of streams deleted while this broker was down or mid-delete: judged on a
-/// linearizable read, so a stream this broker has not heard of yet is never taken for one.
+/// files of streams deleted while this broker was down or mid-delete, and of shards moved
+/// to other brokers: judged on a linearizable read, so a stream this broker has not heard
+/// of yet is never taken for one, nor a shard placed here again taken for one moved away.
 pub(crate) async fn open_durable_shards(shards: Weak<Shards>) {
     loop {
         let Some(b) = shards.upgrade() else { return };
         if b.node.meta.is_ready() {
-            match b.node.meta.read(crate::stream_files::LiveStreams::of).await {
+            let me = b.node.cluster.then_some(b.node.config.node_id);
+            match b
+                .node
+                .meta
+                .read(|s| crate::stream_files::LiveStreams::of(s, me))
+                .await
+            {
                 Ok(live) => {
                     let root = b.node.config.data_dir.join("streams");
                     crate::stream_files::sweep(&root, &live);
+                    b.remove_moved_replicas(&live.elsewhere);
                 }
                 Err(e) => {
                     warn!(error = %e, "no linearizable read of the streams; deleted streams' files stay until the next start")
                 }
             }
+            b.swept.send_replace(true);
             let streams: Vec<(String, String, String)> = b
                 .node
                 .registry
@@ -433,6 +485,13 @@ pub(crate) async fn open_durable_shards(shards: Weak<Shards>) {
 /// Cluster mode: hands every placement that names this broker to its shard (opening the
 /// shard if needed), so each shard's driver takes the role the control plane gives it.
 pub(crate) async fn watch_placements(shards: Weak<Shards>) {
+    let mut swept = match shards.upgrade() {
+        Some(b) => b.swept.subscribe(),
+        None => return,
+    };
+    if swept.wait_for(|done| *done).await.is_err() {
+        return;
+    }
     let mut registry = match shards.upgrade() {
         Some(b) => b.node.registry.clone(),
         None => return,

@@ -11,7 +11,9 @@
 //! * opening a shard whose directory names another incarnation (or none, for a stream
 //!   that has one) first removes what is there: those files are a deleted stream's;
 //! * [`sweep`] removes, at start-up, the directories of incarnations the control plane no
-//!   longer has, so a delete interrupted by a crash finishes.
+//!   longer has, so a delete interrupted by a crash finishes;
+//! * [`remove_replica_files`] removes a shard's files the control plane now places only on
+//!   other brokers (a replica moved away), called at start-up by `Shards`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -88,10 +90,29 @@ fn stream_dirs(streams_root: &Path) -> Vec<(String, PathBuf)> {
 pub struct LiveStreams {
     pub streams: HashMap<String, u64>,
     pub handed_out: u64,
+    /// In a cluster, each live stream's shards placed only on other brokers (moved away
+    /// from this one, or never here): their local files are a copy nobody reads.
+    pub elsewhere: HashMap<String, Vec<u32>>,
 }
 
 impl LiveStreams {
-    pub fn of(state: &felix_meta::model::MetaState) -> LiveStreams {
+    /// `me` is this broker in a cluster; `None` on a single node, which holds every shard.
+    pub fn of(state: &felix_meta::model::MetaState, me: Option<u64>) -> LiveStreams {
+        let mut elsewhere: HashMap<String, Vec<u32>> = HashMap::new();
+        if let Some(me) = me {
+            for (k, p) in &state.placements {
+                if !p.replicas.contains(&me) && p.leader != Some(me) {
+                    elsewhere
+                        .entry(felix_meta::model::stream_key(
+                            &k.tenant,
+                            &k.namespace,
+                            &k.stream,
+                        ))
+                        .or_default()
+                        .push(k.shard);
+                }
+            }
+        }
         LiveStreams {
             streams: state
                 .streams
@@ -99,6 +120,7 @@ impl LiveStreams {
                 .map(|(k, s)| (k.clone(), s.incarnation))
                 .collect(),
             handed_out: state.stream_incarnations,
+            elsewhere,
         }
     }
 }
@@ -131,6 +153,25 @@ pub fn sweep(streams_root: &Path, state: &LiveStreams) -> usize {
         }
     }
     removed
+}
+
+/// Removes shard `shard`'s log and group journal under stream directory `dir`; whether
+/// anything was there.
+pub fn remove_replica_files(dir: &Path, shard: u32) -> bool {
+    let mut gone = false;
+    for d in [
+        dir.join(shard.to_string()),
+        dir.join("groups").join(shard.to_string()),
+    ] {
+        match std::fs::remove_dir_all(&d) {
+            Ok(()) => gone = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                warn!(dir = %d.display(), error = %e, "could not remove a moved replica's files")
+            }
+        }
+    }
+    gone
 }
 
 /// A directory without a marker may be one being claimed right now.

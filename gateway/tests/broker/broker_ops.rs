@@ -70,6 +70,35 @@ pub(super) async fn a_drained_and_stopped_broker_is_removed(cluster: &mut Cluste
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // A restart removes the files of the replicas the drain moved away.
+    let streams = cluster.node(gone).data_dir().join("streams");
+    assert!(
+        !shard_dirs(&streams).is_empty(),
+        "broker {gone} held shard files before the drain"
+    );
+    cluster.node(gone).kill();
+    cluster.node(gone).restart().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let left = shard_dirs(&streams);
+        if left.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let log = std::fs::read_to_string(cluster.node(gone).log_path()).unwrap_or_default();
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("moving-q") || l.contains("replica now placed"))
+                .collect();
+            let all: Vec<&str> = log.lines().collect();
+            eprintln!("{}", all[all.len().saturating_sub(40)..].join("\n"));
+            panic!(
+                "moved replicas' files stay after a restart: {left:?}\n{}",
+                lines.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     cluster.node(gone).kill();
     // Removed once the control plane has seen it dead (its lease lapses first).
     let deadline = tokio::time::Instant::now() + PATIENCE;
@@ -102,6 +131,39 @@ pub(super) async fn a_drained_and_stopped_broker_is_removed(cluster: &mut Cluste
     let (ok, stderr) =
         run_status_in(&cluster.brokers[via], &cwd, &["broker", "remove", &id], b"").await;
     assert!(!ok && stderr.contains("no broker"), "{stderr}");
+}
+
+/// The shard directories under a broker's `streams/` (`<t>/<ns>/<stream>/<shard>` and the
+/// group journals `<t>/<ns>/<stream>/groups/<shard>`).
+fn shard_dirs(streams: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let children = |p: &std::path::Path| -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(p)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.is_dir())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let numeric = |p: &std::path::Path| {
+        p.file_name()
+            .is_some_and(|n| n.to_string_lossy().bytes().all(|b| b.is_ascii_digit()))
+    };
+    let mut out = Vec::new();
+    for t in children(streams) {
+        for ns in children(&t) {
+            for stream in children(&ns) {
+                out.extend(children(&stream).into_iter().filter(|p| numeric(p)));
+                out.extend(
+                    children(&stream.join("groups"))
+                        .into_iter()
+                        .filter(|p| numeric(p)),
+                );
+            }
+        }
+    }
+    out
 }
 
 /// `GET /meta/status` of broker `via`'s control plane.
