@@ -162,7 +162,7 @@ fn replay(cursors: &mut HashMap<String, Cursor>, r: &Record) {
     let (Some(key), Some(value)) = (&r.key, &r.value) else {
         return;
     };
-    if super::kafka_offsets::skip_in_group_replay(r) {
+    if super::kafka_journal::skip_in_group_replay(r) {
         return;
     }
     let Ok(group) = std::str::from_utf8(key) else {

@@ -9,9 +9,7 @@
 //! Felix group's progress does. The group's coordinator (`kafka::groups`) only routes: it
 //! calls the leader's methods here, or forwards over the signed internal route [`PATH`].
 //!
-//! Records are told from a Felix group's by the header [`HEADER`]: key = the Kafka group's
-//! name, value = JSON [`KafkaOffset`] (none: the group's offset deleted). A replay of Felix
-//! groups skips them; [`replay_all`] reads only them.
+//! The records' format is `kafka_journal.rs`'s.
 //!
 //! The invariant: a shard's table of offsets is changed only under its lock and only after
 //! the change was appended, so table order is journal order; a compaction snapshots the
@@ -19,42 +17,26 @@
 //! replicas like one of a stream with Felix groups: the leader asks them to when it opens
 //! it, and a replica keeps following every journal it holds a copy of.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
-use bytes::Bytes;
-use felix_hot::{Appended, LogError, ShardLog};
+use felix_hot::Appended;
 use felix_meta::model::{Durability, ShardKey};
 use felix_wire::protocol::{ErrorBody, codes};
-use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
-use felix_wire::{BatchBuilder, BatchIter, Compression, DecodedBatch, Header, Record};
 use serde::{Deserialize, Serialize};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use super::GroupShard;
+pub use super::kafka_journal::KafkaOffset;
+use super::kafka_journal::{self, KafkaTable};
 use crate::broker::{Broker, BrokerSlot};
 use crate::errors::{err, log_error};
 use crate::shard::shard_key;
 
 /// The internal route a group's coordinator forwards offset operations on.
 pub const PATH: &str = "/repl/kafka-offsets";
-/// Marks a journal record as a Kafka classic group's offset.
-pub const HEADER: &str = "felix-kafka-offset";
-
-/// A classic group's committed position in one partition (Kafka's OffsetCommit fields).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KafkaOffset {
-    pub offset: i64,
-    pub leader_epoch: i32,
-    pub metadata: Option<String>,
-    pub commit_ms: i64,
-}
-
-/// One shard's committed offsets, by Kafka group name.
-pub(crate) type KafkaTable = HashMap<String, KafkaOffset>;
 
 /// What a coordinator asks of a shard's leader (or, `Follow`, of a replica).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -87,93 +69,7 @@ pub struct OffsetsCall {
 /// The outcome for one shard: its offset (fetch), whether it had one (delete), or why not.
 pub type ShardOutcome = Result<Option<KafkaOffset>, ErrorBody>;
 
-fn is_kafka(r: &Record) -> bool {
-    r.headers.iter().any(|h| h.key == HEADER)
-}
-
-/// Whether a journal record is a Kafka offset (a Felix group replay skips it).
-pub(crate) fn skip_in_group_replay(r: &Record) -> bool {
-    is_kafka(r)
-}
-
-/// Encodes offsets (none: deleted) as one batch.
-fn batch(entries: &[(String, Option<KafkaOffset>)]) -> Result<Vec<u8>, LogError> {
-    let now = super::now_ms();
-    let mut b = BatchBuilder::new(Compression::None);
-    for (group, offset) in entries {
-        b.push(Record {
-            offset: 0,
-            timestamp: now,
-            key: Some(Bytes::copy_from_slice(group.as_bytes())),
-            value: offset
-                .as_ref()
-                .map(|o| Bytes::from(serde_json::to_vec(o).unwrap_or_default())),
-            headers: vec![Header {
-                key: HEADER.to_owned(),
-                value: None,
-            }],
-        });
-    }
-    b.build().map_err(LogError::InvalidBatch)
-}
-
-/// Replays the journal's Kafka offsets: the latest record of each group wins.
-pub(crate) fn replay_all(log: &ShardLog) -> Result<KafkaTable, LogError> {
-    let mut table = KafkaTable::new();
-    let end = log.committed_offset();
-    let mut offset = log.first_offset();
-    while offset < end {
-        let read = log.read(offset, 4 << 20, None)?;
-        if read.batches.is_empty() {
-            break;
-        }
-        for (_, bytes) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-            let Ok(decoded) = DecodedBatch::decode(bytes, DEFAULT_MAX_DECOMPRESSED) else {
-                continue; // the Felix groups' replay reports it
-            };
-            for r in decoded.records.iter().filter(|r| is_kafka(r)) {
-                apply(&mut table, r);
-            }
-        }
-        offset = read.next_offset;
-    }
-    Ok(table)
-}
-
-fn apply(table: &mut KafkaTable, r: &Record) {
-    let Some(group) = r.key.as_ref().and_then(|k| std::str::from_utf8(k).ok()) else {
-        return;
-    };
-    match r.value.as_ref().map(|v| serde_json::from_slice(v)) {
-        Some(Ok(o)) => {
-            table.insert(group.to_owned(), o);
-        }
-        Some(Err(e)) => warn!(error = %e, "skipping an unreadable Kafka offset record"),
-        None => {
-            table.remove(group);
-        }
-    }
-}
-
 impl GroupShard {
-    /// Appends the whole table (a compaction's snapshot), under its lock.
-    pub(super) async fn snapshot_kafka_offsets(&self) -> Result<Option<Appended>, LogError> {
-        let table = self.kafka.lock().await;
-        if table.is_empty() {
-            return Ok(None);
-        }
-        let mut entries: Vec<(String, Option<KafkaOffset>)> = table
-            .iter()
-            .map(|(g, o)| (g.clone(), Some(o.clone())))
-            .collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut last = None;
-        for chunk in entries.chunks(2_000) {
-            last = Some(self.log.append(batch(chunk)?).await?);
-        }
-        Ok(last)
-    }
-
     /// Appends `entries` and applies them to the table; the ticket to await before answering.
     async fn record_kafka(
         &self,
@@ -182,7 +78,7 @@ impl GroupShard {
         let mut table = self.kafka.lock().await;
         let ticket = self
             .log
-            .append(batch(&entries).map_err(|e| log_error(&e))?)
+            .append(kafka_journal::batch(&entries).map_err(|e| log_error(&e))?)
             .await
             .map_err(|e| log_error(&e))?;
         self.appended
@@ -477,6 +373,7 @@ pub(crate) async fn serve(
 
 #[cfg(test)]
 mod tests {
+    use super::kafka_journal::{batch, replay_all};
     use super::*;
     use felix_hot::FsyncPolicy;
 

@@ -19,7 +19,8 @@
 //! * `registry.rs` — the journals open on this broker and each group's cursor in them.
 //! * `sweep.rs` — the once-a-second pass: lapsed dead letters, compaction, gauges.
 //! * [`metrics`] — the per-group metrics.
-//! * [`kafka_offsets`] — Kafka classic groups' committed offsets, in the same journal.
+//! * [`kafka_offsets`] — Kafka classic groups' committed offsets, in the same journal
+//!   (`kafka_journal.rs`: their records).
 //!
 //! Invariant: a group's progress on a shard is changed only by the broker leading the
 //! shard, under that group's lock, and every change is in the shard's group journal (on a
@@ -35,6 +36,7 @@ pub(crate) mod dead_letter;
 pub mod duty;
 pub(crate) mod follow;
 pub(crate) mod journal;
+pub(crate) mod kafka_journal;
 pub mod kafka_offsets;
 pub mod metrics;
 pub mod move_logs;
@@ -150,7 +152,7 @@ impl Broker {
         let ((cursors, records), kafka) = tokio::task::spawn_blocking(move || {
             Ok::<_, felix_hot::LogError>((
                 journal::replay_all(&log)?,
-                kafka_offsets::replay_all(&log)?,
+                kafka_journal::replay_all(&log)?,
             ))
         })
         .await

@@ -45,7 +45,7 @@ pub(crate) struct GroupShard {
     pub(super) replication: Replication,
     pub(super) cursors: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Cursor>>>>,
     /// Kafka classic groups' committed offsets on this shard ([`super::kafka_offsets`]).
-    pub(super) kafka: tokio::sync::Mutex<super::kafka_offsets::KafkaTable>,
+    pub(super) kafka: tokio::sync::Mutex<super::kafka_journal::KafkaTable>,
     pub(super) appended: AtomicU64,
     /// Serializes compactions.
     pub(super) compacting: tokio::sync::Mutex<()>,
@@ -161,7 +161,7 @@ impl GroupShard {
                 }
             }
         }
-        match self.snapshot_kafka_offsets().await {
+        match super::kafka_journal::snapshot(&self.log, &*self.kafka.lock().await).await {
             Ok(t) => tickets.extend(t),
             Err(e) => {
                 tracing::warn!(shard = %self.key, error = %e, "Kafka offsets snapshot failed");
