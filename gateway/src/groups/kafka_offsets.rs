@@ -247,7 +247,8 @@ impl Broker {
     /// The sweep's part for journals that may hold Kafka offsets (streams without Felix
     /// groups too): a replica follows every journal it holds a copy of, and a leader opens
     /// every journal it holds a copy of (so, after a restart or a failover, the offsets are
-    /// in its tables for the lag metric) and compacts it when it has grown.
+    /// in its tables for the lag metric), asks replicas that do not follow it yet to, and
+    /// compacts it when it has grown.
     pub(crate) async fn sweep_kafka_journals(self: &Arc<Self>) {
         let streams: Vec<(String, String, String, u32, u32)> = self.node.meta.local(|s| {
             s.streams
@@ -282,6 +283,23 @@ impl Broker {
                 let Ok(gs) = self.group_shard(&t, &n, &s, shard).await else {
                     continue;
                 };
+                // A replica that has not asked for the journal at this generation (a move's
+                // new replica, one that was down when the journal was opened) is asked to
+                // follow it, without holding the sweep up: a move waits for it.
+                if let Some(generation) = gs.replication.generation {
+                    let reported = gs.mark.ends_at(generation);
+                    let me = self.broker_id();
+                    let missing = gs
+                        .replication
+                        .replicas
+                        .iter()
+                        .any(|r| *r != me && !reported.iter().any(|(q, _)| q == r));
+                    if missing {
+                        let broker = self.clone();
+                        let key = key.clone();
+                        tokio::spawn(async move { broker.ask_replicas_to_follow(&key).await });
+                    }
+                }
                 if gs.appended.load(std::sync::atomic::Ordering::Relaxed)
                     >= super::registry::COMPACT_AFTER_RECORDS
                 {
