@@ -205,8 +205,13 @@ pub async fn offset_fetch(
                             .iter()
                             .map(|p| match answers.iter().find(|(q, _)| q == p) {
                                 Some((_, Ok(c))) => entry(*p, c.clone()),
+                                // As Kafka answers a partition it does not know: nothing
+                                // committed.
+                                Some((_, Err(ResponseError::UnknownTopicOrPartition))) => {
+                                    entry(*p, None)
+                                }
                                 Some((_, Err(e))) => {
-                                    unavailable |= *e != ResponseError::UnknownTopicOrPartition;
+                                    unavailable = true;
                                     entry(*p, None).with_error_code(e.code())
                                 }
                                 None => entry(*p, None),
