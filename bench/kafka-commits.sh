@@ -72,7 +72,7 @@ for r in lines:
     rows.setdefault(r["binary"], []).append(r["commits_per_s"])
 print(f"# Synchronous Kafka offset commits per second, one broker (commit {commit})\n")
 print(f"Command: `bench/kafka-commits.sh` ({len(lines)} runs). Raw lines: `kafka-commits.jsonl`.\n")
-print(f"* One `felix` on loopback, defaults (fsync `on_commit`), a fresh one-partition topic per run; one confluent-kafka Consumer commits each of {records} records synchronously before reading the next.")
+print(f"* One `felix` on loopback, defaults (fsync `periodic`), a fresh one-partition topic per run; one confluent-kafka Consumer commits each of {records} records synchronously before reading the next.")
 print("* The machine is shared (2 cores, other builds and tests): the load average is in the raw lines.\n")
 print("| binary | commits/s (median, range) |")
 print("|---|---|")
