@@ -7,6 +7,11 @@ gateway/tests/broker/kafka_group_failover.rs drives it with confluent-kafka. JSO
         it counts; prints the positions whose commits were acknowledged and the group's
         coordinator, then exits without closing the consumers (as a crash would).
 
+    python3 kafka_group_failover.py offsets BOOTSTRAP TOPIC GROUP [P=OFFSET ...]
+        reads GROUP's committed offsets of every partition (OffsetFetch), commits the given
+        ones synchronously as a consumer without a group membership does, and reads them
+        again.
+
     python3 kafka_group_failover.py resume BOOTSTRAP TOPIC GROUP COUNT
         two new consumers of GROUP read what the group has not processed, committing each
         record synchronously; prints the committed offsets they found, the records they
@@ -168,10 +173,30 @@ def resume(bootstrap, topic, group, count):
     }))
 
 
+def offsets(bootstrap, topic, group, commits):
+    consumer = Consumer(consumer_config(bootstrap, group, "offsets"))
+    partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+
+    def read():
+        got = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=30)
+        return {str(tp.partition): tp.offset for tp in got}
+
+    before = read()
+    if commits:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in commits],
+                        asynchronous=False)
+    after = read()
+    consumer.close()
+    print(json.dumps({"before": before, "after": after}))
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "first":
         first(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+    elif mode == "offsets":
+        pairs = [a.split("=") for a in sys.argv[5:]]
+        offsets(sys.argv[2], sys.argv[3], sys.argv[4], [(int(p), int(o)) for p, o in pairs])
     elif mode == "resume":
         resume(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))
     else:

@@ -8,10 +8,19 @@
 //! starting brokers is the expensive part. The topic is a Quorum stream of three replicas
 //! and no Felix groups, so its group journals are followed only because they hold Kafka
 //! offsets.
+//!
+//! Also the upgrade: offsets an older Felix committed in the coordinator's own log
+//! (`<data_dir>/kafka/group-offsets`) are still answered, until the group commits again
+//! (a step of the restart test in `kafka.rs`, which has a broker down at the right time).
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::path::Path;
+
+use bytes::Bytes;
 use felix_client::{ClusterClient, StreamConfig};
+use felix_hot::{FsyncPolicy, LogConfig, RetentionPolicy, ShardLog};
+use felix_wire::{BatchBuilder, Compression, Record};
 use serde_json::Value;
 
 use super::cluster::Cluster;
@@ -163,4 +172,73 @@ pub(super) async fn classic_group_resumes_from_its_commits_after_its_coordinator
         COUNT,
         "every record processed once across the kill: {first} {resumed}"
     );
+}
+
+/// Writes `offsets` (topic, partition, offset) of `group` in default/default into the log
+/// of committed offsets in `data_dir` as a Felix before the group journals did (its record
+/// format: key and value JSON). The broker must be down.
+pub(super) async fn write_offsets_as_before_the_upgrade(
+    data_dir: &Path,
+    group: &str,
+    offsets: &[(&str, i32, i64)],
+) {
+    let log = ShardLog::open(
+        &data_dir.join("kafka").join("group-offsets"),
+        LogConfig {
+            shard: "kafka/group-offsets".to_owned(),
+            segment_bytes: 4 << 20,
+            segment_age: None,
+            fsync: FsyncPolicy::OnCommit,
+            retention: RetentionPolicy {
+                max_bytes: Some(0),
+                max_age: None,
+            },
+            ..LogConfig::default()
+        },
+    )
+    .expect("open the old offsets log");
+    let mut b = BatchBuilder::new(Compression::None);
+    for (topic, partition, offset) in offsets {
+        let key = serde_json::json!({"tenant": "default", "namespace": "default",
+            "group": group, "topic": topic, "partition": partition});
+        let value = serde_json::json!({"offset": offset, "leader_epoch": -1,
+            "metadata": "", "commit_ms": 1});
+        b.push(Record {
+            offset: 0,
+            timestamp: 1,
+            key: Some(Bytes::from(key.to_string())),
+            value: Some(Bytes::from(value.to_string())),
+            headers: Vec::new(),
+        });
+    }
+    let ticket = log.append(b.build().expect("batch")).await.expect("append");
+    ticket.committed().await.expect("written");
+    log.sync().await.expect("sync");
+}
+
+/// After the upgrade (`write_offsets_as_before_the_upgrade` while the broker was down):
+/// OffsetFetch answers the old log's offsets of `group` on `topic`, and a commit moves
+/// them (the partition's group journal supersedes the old log).
+pub(super) async fn offsets_committed_before_the_upgrade_are_answered_until_the_group_commits(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    old: &[(i32, i64)],
+) {
+    let moved: Vec<String> = old.iter().map(|(p, o)| format!("{p}={}", o + 5)).collect();
+    let mut args = vec!["offsets", bootstrap, topic, group];
+    args.extend(moved.iter().map(String::as_str));
+    let out = python_script("kafka_group_failover.py", &args).await;
+    for (p, o) in old {
+        assert_eq!(
+            out["before"][p.to_string()].as_i64(),
+            Some(*o),
+            "partition {p}'s offset from before the upgrade: {out}"
+        );
+        assert_eq!(
+            out["after"][p.to_string()].as_i64(),
+            Some(o + 5),
+            "partition {p}'s commit after the upgrade supersedes it: {out}"
+        );
+    }
 }
