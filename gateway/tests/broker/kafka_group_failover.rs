@@ -183,7 +183,7 @@ pub(super) async fn write_offsets_as_before_the_upgrade(
     offsets: &[(&str, i32, i64)],
 ) {
     let log = ShardLog::open(
-        &data_dir.join("kafka").join("group-offsets"),
+        data_dir.join("kafka").join("group-offsets"),
         LogConfig {
             shard: "kafka/group-offsets".to_owned(),
             segment_bytes: 4 << 20,
