@@ -98,8 +98,10 @@ impl Broker {
     /// asked to follow its journal first when it is not open yet (a stream without Felix
     /// groups has no followers of its journal otherwise, and a takeover waits for them).
     async fn kafka_journal(&self, key: &ShardKey) -> Result<Arc<GroupShard>, ErrorBody> {
-        self.shard(key)?;
+        // Leadership is checked by `group_shard`; a journal not open here is asked for only
+        // once this broker leads the shard.
         if !self.groups.open.lock().await.contains_key(key) {
+            self.shard(key)?;
             self.ask_replicas_to_follow(key).await;
         }
         self.group_shard(&key.tenant, &key.namespace, &key.stream, key.shard)
