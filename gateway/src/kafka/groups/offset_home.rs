@@ -28,13 +28,15 @@ use crate::kafka::scope::Scope;
 type Outcome = (i32, Result<Option<KafkaOffset>, ResponseError>);
 
 /// The Kafka error for a refusal from a partition's home: a topic or partition that does
-/// not exist is the client's to fix; anything else (no leader now, a quorum not reached,
-/// a leader unreachable) is retried by Kafka clients after looking the coordinator up.
+/// not exist (an ephemeral stream is no topic either) is the client's to fix; anything else
+/// (no leader now, a quorum not reached, a leader unreachable) is retried by Kafka clients
+/// after looking the coordinator up.
 fn kafka_error(e: &ErrorBody) -> ResponseError {
     match e.code {
         codes::UNKNOWN_STREAM | codes::UNKNOWN_SHARD | codes::UNKNOWN_NAMESPACE => {
             ResponseError::UnknownTopicOrPartition
         }
+        _ if e.reason == "ephemeral_stream" => ResponseError::UnknownTopicOrPartition,
         _ => ResponseError::CoordinatorNotAvailable,
     }
 }
