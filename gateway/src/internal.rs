@@ -4,6 +4,8 @@
 //! `POST /repl/segment` (a range of records for a replica rewriting a damaged segment),
 //! `POST /repl/groups` (a copy of a shard's group journal, `crate::groups::copy`),
 //! `POST /repl/cache` (a cache operation forwarded to the key's owner),
+//! `POST /repl/kafka-offsets` (a Kafka group's offsets, forwarded by its coordinator to a
+//! partition's leader, `crate::groups::kafka_offsets`),
 //! `POST /repl/broker-stats` (this broker's figures for `felixctl broker list`) and
 //! `POST /repl/shard-end` (where this broker's copy of a shard ends, before a forced move).
 //!
@@ -35,6 +37,10 @@ pub fn router(slot: BrokerSlot) -> axum::Router {
         .route("/repl/segment", post(segment))
         .route(crate::groups::copy::PATH, post(crate::groups::copy::serve))
         .route(crate::cache::forward::ROUTE, post(forwarded_cache))
+        .route(
+            crate::groups::kafka_offsets::PATH,
+            post(crate::groups::kafka_offsets::serve),
+        )
         .route(
             crate::moves::brokers::ROUTE,
             post(crate::moves::brokers::serve),

@@ -35,6 +35,7 @@ mod broker {
     mod kafka_admin;
     mod kafka_auth;
     mod kafka_clients;
+    mod kafka_group_failover;
     mod kafka_share;
     mod leases;
     mod limits;

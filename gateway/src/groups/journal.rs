@@ -162,6 +162,9 @@ fn replay(cursors: &mut HashMap<String, Cursor>, r: &Record) {
     let (Some(key), Some(value)) = (&r.key, &r.value) else {
         return;
     };
+    if super::kafka_journal::skip_in_group_replay(r) {
+        return;
+    }
     let Ok(group) = std::str::from_utf8(key) else {
         return;
     };

@@ -19,6 +19,8 @@
 //! * `registry.rs` — the journals open on this broker and each group's cursor in them.
 //! * `sweep.rs` — the once-a-second pass: lapsed dead letters, compaction, gauges.
 //! * [`metrics`] — the per-group metrics.
+//! * [`kafka_offsets`] — Kafka classic groups' committed offsets, in the same journal
+//!   (`kafka_journal.rs`: their records).
 //!
 //! Invariant: a group's progress on a shard is changed only by the broker leading the
 //! shard, under that group's lock, and every change is in the shard's group journal (on a
@@ -34,6 +36,8 @@ pub(crate) mod dead_letter;
 pub mod duty;
 pub(crate) mod follow;
 pub(crate) mod journal;
+pub(crate) mod kafka_journal;
+pub mod kafka_offsets;
 pub mod metrics;
 pub mod move_logs;
 pub(crate) mod poll;
@@ -145,10 +149,15 @@ impl Broker {
             },
         };
         let log = j.log.clone();
-        let (cursors, records) = tokio::task::spawn_blocking(move || journal::replay_all(&log))
-            .await
-            .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))?
-            .map_err(|e| log_error(&e))?;
+        let ((cursors, records), kafka) = tokio::task::spawn_blocking(move || {
+            Ok::<_, felix_hot::LogError>((
+                journal::replay_all(&log)?,
+                kafka_journal::replay_all(&log)?,
+            ))
+        })
+        .await
+        .map_err(|e| err(codes::INTERNAL, "internal", e.to_string()))?
+        .map_err(|e| log_error(&e))?;
         let g = Arc::new(GroupShard {
             key: key.clone(),
             shard,
@@ -161,6 +170,7 @@ impl Broker {
                     .map(|(k, c)| (k, Arc::new(tokio::sync::Mutex::new(c))))
                     .collect(),
             ),
+            kafka: tokio::sync::Mutex::new(kafka),
             appended: AtomicU64::new(records),
             compacting: tokio::sync::Mutex::new(()),
             me: self.broker_id(),

@@ -18,7 +18,7 @@ use crate::shard::Shard;
 
 /// Compact a journal once this many records were appended since it was opened or last
 /// compacted (and at least twice as many as pending records it would keep).
-const COMPACT_AFTER_RECORDS: u64 = 200_000;
+pub(super) const COMPACT_AFTER_RECORDS: u64 = 200_000;
 
 /// The group journals open on this broker: the groups of each shard it leads and groups
 /// were used on, each journal's log whatever this broker's role, and the copy loops of the
@@ -44,6 +44,8 @@ pub(crate) struct GroupShard {
     /// What a change waits for before it is answered.
     pub(super) replication: Replication,
     pub(super) cursors: parking_lot::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Cursor>>>>,
+    /// Kafka classic groups' committed offsets on this shard ([`super::kafka_offsets`]).
+    pub(super) kafka: tokio::sync::Mutex<super::kafka_journal::KafkaTable>,
     pub(super) appended: AtomicU64,
     /// Serializes compactions.
     pub(super) compacting: tokio::sync::Mutex<()>,
@@ -157,6 +159,13 @@ impl GroupShard {
                     tracing::warn!(shard = %self.key, error = %e, "group journal snapshot failed");
                     return;
                 }
+            }
+        }
+        match super::kafka_journal::snapshot(&self.log, &*self.kafka.lock().await).await {
+            Ok(t) => tickets.extend(t),
+            Err(e) => {
+                tracing::warn!(shard = %self.key, error = %e, "Kafka offsets snapshot failed");
+                return;
             }
         }
         for t in tickets {

@@ -96,6 +96,8 @@ impl Broker {
                 gs.compact_if_grown(&live).await;
             }
         }
+        // Journals holding Kafka classic groups' offsets, on streams without Felix groups.
+        self.sweep_kafka_journals().await;
         let m = &self.node.metrics.groups;
         for (l, v) in in_flight {
             m.in_flight.get_or_create(&l).set(v);

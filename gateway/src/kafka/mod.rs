@@ -123,8 +123,8 @@ pub struct KafkaListener {
 const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl KafkaListener {
-    /// Binds the listener and opens the committed-offsets log under
-    /// `<data_dir>/kafka/group-offsets`.
+    /// Binds the listener and opens the log of offsets committed before they moved into the
+    /// group journals (`<data_dir>/kafka/group-offsets`, read-only, `offsets.rs`).
     pub async fn bind(
         config: &BrokerConfig,
         settings: KafkaSettings,

@@ -1,17 +1,17 @@
-//! Kafka consumer groups' committed offsets, durable without the control plane.
+//! Kafka consumer groups' committed offsets as Felix kept them before they moved into the
+//! partitions' group journals (`crate::groups::kafka_offsets`): a broker's local log,
+//! `<data_dir>/kafka/group-offsets`, now read-only.
 //!
-//! Decides where a committed offset lives and what makes it durable: every OffsetCommit is
-//! one record batch appended to a log of its own (`<data_dir>/kafka/group-offsets`, a
-//! [`ShardLog`] like a stream's), answered once written under the broker's fsync policy. The
-//! log's writer groups concurrent commits into one write (and one fsync under `on_commit`),
-//! so a consumer committing after every message costs an append, never a Raft round. The
-//! table in memory is rebuilt from the log when the broker starts.
+//! Decides what an upgraded broker still knows: the offsets its groups committed before
+//! the upgrade, answered where a partition's journal holds none for the group (the first
+//! commit after the upgrade supersedes them), and deleted with the group (DeleteGroups
+//! appends tombstones here). Every OffsetCommit of an older Felix was one record batch in
+//! this log; the table in memory is rebuilt from it when the broker starts.
 //!
-//! The invariant: replaying the log in order gives the table, because a commit is applied
-//! to the table under the same lock that appends it, so table order is log order. The log
-//! is compacted by appending the whole table as a snapshot (under that lock) and then
-//! deleting the sealed segments wholly before the snapshot: every record they held is
-//! superseded by the snapshot or by what follows it.
+//! The invariant: replaying the log in order gives the table, because a change is applied
+//! to the table under the same lock that appends it, so table order is log order. (Tests
+//! still compact it as the older Felix did: a snapshot of the whole table, then the sealed
+//! segments wholly before it deleted.)
 //!
 //! Record format: key = JSON [`OffsetKey`], value = JSON [`Committed`] (none: deleted).
 
@@ -30,8 +30,10 @@ use tracing::{info, warn};
 const SEGMENT_BYTES: u64 = 4 << 20;
 /// Compact once this many records were appended since the last snapshot, and at least
 /// twice as many as the table holds.
+#[cfg(test)]
 const COMPACT_AFTER_RECORDS: u64 = 100_000;
 /// Records per snapshot batch.
+#[cfg(test)]
 const SNAPSHOT_BATCH_RECORDS: usize = 2_000;
 
 /// Whose offset: a group's position in one partition, in one tenant's namespace.
@@ -44,14 +46,8 @@ pub struct OffsetKey {
     pub partition: i32,
 }
 
-/// A committed position.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Committed {
-    pub offset: i64,
-    pub leader_epoch: i32,
-    pub metadata: Option<String>,
-    pub commit_ms: i64,
-}
+/// A committed position (the journals' record of it, so this log reads as they do).
+pub use crate::groups::kafka_offsets::KafkaOffset as Committed;
 
 struct Table {
     entries: HashMap<OffsetKey, Committed>,
@@ -143,7 +139,10 @@ impl CommittedOffsets {
         })
     }
 
-    /// Commits `entries` durably (under the fsync policy) and atomically: all or none.
+    /// Commits `entries` durably (under the fsync policy) and atomically: all or none. Only
+    /// tests write here now (a log as an older Felix left it): offsets are committed in the
+    /// partitions' group journals (`kafka/groups/offset_home.rs`).
+    #[cfg(test)]
     pub async fn commit(&self, entries: Vec<(OffsetKey, Committed)>) -> Result<(), LogError> {
         if entries.is_empty() {
             return Ok(());
@@ -253,6 +252,7 @@ impl CommittedOffsets {
     }
 
     /// Appends the whole table, then deletes the sealed segments wholly before it.
+    #[cfg(test)]
     async fn compact(&self) -> Result<(), LogError> {
         let (tickets, snapshot_start, live) = {
             let mut table = self.table.lock().await;

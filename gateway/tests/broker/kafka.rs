@@ -302,7 +302,9 @@ fn group_records(v: &Value) -> Vec<(u64, u32, u64, String, String)> {
 /// confluent-kafka with `enable.idempotence=true` and `acks=all` produces 10,000 records;
 /// a group of two consumers processes half of them (committing each before counting it);
 /// the broker is SIGKILLed and restarted; the group resumes from its committed offsets and
-/// processes the other half. Between them, every record is processed exactly once.
+/// processes the other half. Between them, every record is processed exactly once. While
+/// the broker is down, offsets are written as a Felix before the group journals kept them:
+/// they are answered after the restart until the group commits again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_group_of_two_reads_every_message_once_and_resumes_after_a_restart() {
     const N: usize = 10_000;
@@ -352,8 +354,22 @@ async fn a_consumer_group_of_two_reads_every_message_once_and_resumes_after_a_re
         "both members of the group processed records: {per_member:?}"
     );
 
+    // While it is down, offsets as a Felix before the group journals committed them.
+    broker.kill();
+    let old = [(1, 17), (3, 40)];
+    let as_before: Vec<(&str, i32, i64)> = old.iter().map(|(p, o)| ("orders", *p, *o)).collect();
+    super::kafka_group_failover::write_offsets_as_before_the_upgrade(
+        &broker.data_dir(),
+        "g-upgraded",
+        &as_before,
+    )
+    .await;
     broker.restart().await;
     let bootstrap = broker.kafka_addr.to_string();
+    super::kafka_group_failover::offsets_committed_before_the_upgrade_are_answered_until_the_group_commits(
+        &bootstrap, "orders", "g-upgraded", &old,
+    )
+    .await;
     let second = python(&["group", &bootstrap, "orders", "g1", &HALF.to_string()]).await;
     let second_records = group_records(&second);
     assert_eq!(second_records.len(), HALF, "{}", second["failures"]);

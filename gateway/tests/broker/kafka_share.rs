@@ -835,11 +835,13 @@ fn assert_split(
 /// progress replicated with each shard): the group's coordinator is one broker, the
 /// partitions are led by several, and each ShareFetch goes to a partition's leader, whose
 /// Felix group state serves it. Two consumers still accept each record exactly once, and
-/// dead letters (published across brokers) land once.
+/// dead letters (published across brokers) land once. Then, on the same cluster, a classic
+/// group outlives its coordinator's broker (`kafka_group_failover.rs`, the last step: it
+/// kills a broker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn share_consumers_on_a_cluster_fetch_from_each_partition_leader() {
     const COUNT: u64 = 300;
-    let cluster = super::cluster::Cluster::start(3).await;
+    let mut cluster = super::cluster::Cluster::start(3).await;
     let client = cluster.client(Duration::from_secs(30)).await;
     // default/default may exist already (docs/kafka.md): either way is fine.
     for r in [
@@ -901,4 +903,11 @@ async fn share_consumers_on_a_cluster_fetch_from_each_partition_leader() {
     )
     .await;
     assert_split(&out, "spread", COUNT, false);
+    super::kafka_group_failover::classic_group_resumes_from_its_commits_after_its_coordinator_is_killed(
+        &mut cluster,
+        &client,
+        TENANT,
+        NS,
+    )
+    .await;
 }

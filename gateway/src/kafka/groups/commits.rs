@@ -2,13 +2,13 @@
 //!
 //! Decides who may commit. The invariant: an offset is committed only by a current member of
 //! the current generation, and not between join and sync (or, for a group without members,
-//! by anyone, as Kafka allows for manual assignment); every partition of one OffsetCommit
-//! is committed in one durable write, so a request is answered only once its offsets would
-//! survive a restart (`kafka/offsets.rs` keeps them). Committing or reading a group's
+//! by anyone, as Kafka allows for manual assignment); each partition's offset is committed
+//! in its shard's group journal (`offset_home.rs` routes it to the shard's leader), and the
+//! request is answered only once every partition's offset is as durable as the stream's
+//! records (on a Quorum stream: held by a majority of its replicas), or that partition is
+//! answered with an error. Committing or reading a group's
 //! offsets needs `group.consume` on the group and `stream.subscribe` on each topic (as Kafka
 //! asks READ on both), checked before anything is written or read.
-
-use std::collections::BTreeMap;
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::offset_commit_response::{
@@ -21,11 +21,11 @@ use kafka_protocol::messages::{
     OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, TopicName,
 };
 use tokio::time::Instant;
-use tracing::warn;
 
 use super::coordinator::{GroupCoordinator, GroupState, sb};
+use super::offset_home;
 use crate::kafka::Kafka;
-use crate::kafka::offsets::{Committed, OffsetKey};
+use crate::kafka::offsets::Committed;
 use crate::kafka::scope::{On, Scope};
 use felix_meta::auth::Action;
 
@@ -65,13 +65,12 @@ fn commit_refusal(
 /// A partition of an OffsetCommit and why it was refused, if it was.
 type PartitionAnswer = (i32, Option<ResponseError>);
 
-/// OffsetCommit: every partition of the request is committed in one durable write.
+/// OffsetCommit: each partition's offset in its shard's group journal, all at once.
 pub async fn offset_commit(
     kafka: &Kafka,
     scope: &Scope,
     request: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
-    let s = scope;
     let group_id = request.group_id.to_string();
     let refusal = if group_id.is_empty() {
         Some(ResponseError::InvalidGroupId)
@@ -88,59 +87,55 @@ pub async fn offset_commit(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    let mut entries = Vec::new();
-    let mut answers: Vec<(TopicName, Vec<PartitionAnswer>)> = Vec::new();
-    for topic in &request.topics {
-        let mut partitions = Vec::with_capacity(topic.partitions.len());
-        let topic_refusal = refusal.or_else(|| {
-            scope
-                .allow(kafka, Action::StreamSubscribe, &topic.name, On::Topic)
-                .err()
-        });
-        for p in &topic.partitions {
-            let error = topic_refusal.or_else(|| {
+    // Each topic's partitions go to their shards' leaders together, every topic at once.
+    let topics = request.topics.iter().map(|topic| {
+        let group_id = group_id.as_str();
+        async move {
+            let topic_refusal = refusal.or_else(|| {
+                scope
+                    .allow(kafka, Action::StreamSubscribe, &topic.name, On::Topic)
+                    .err()
+            });
+            let mut answers: Vec<PartitionAnswer> = Vec::with_capacity(topic.partitions.len());
+            let mut offsets = Vec::new();
+            for p in &topic.partitions {
                 let too_long = p
                     .committed_metadata
                     .as_ref()
                     .is_some_and(|m| m.len() > MAX_METADATA_BYTES);
-                too_long.then_some(ResponseError::OffsetMetadataTooLarge)
-            });
-            if error.is_none() {
-                entries.push((
-                    OffsetKey {
-                        tenant: s.tenant.clone(),
-                        namespace: s.namespace.clone(),
-                        group: group_id.clone(),
-                        topic: topic.name.to_string(),
-                        partition: p.partition_index,
-                    },
-                    Committed {
-                        offset: p.committed_offset,
-                        leader_epoch: p.committed_leader_epoch,
-                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-                        commit_ms: now,
-                    },
-                ));
+                let error = topic_refusal
+                    .or_else(|| too_long.then_some(ResponseError::OffsetMetadataTooLarge));
+                match error {
+                    Some(e) => answers.push((p.partition_index, Some(e))),
+                    None => offsets.push((
+                        p.partition_index,
+                        Committed {
+                            offset: p.committed_offset,
+                            leader_epoch: p.committed_leader_epoch,
+                            metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                            commit_ms: now,
+                        },
+                    )),
+                }
             }
-            partitions.push((p.partition_index, error));
+            if !offsets.is_empty() {
+                answers.extend(
+                    offset_home::commit(kafka, scope, group_id, &topic.name, offsets).await,
+                );
+            }
+            // In the request's order, as Kafka answers.
+            let order: Vec<i32> = topic.partitions.iter().map(|p| p.partition_index).collect();
+            answers.sort_by_key(|(p, _)| order.iter().position(|q| q == p));
+            (topic.name.clone(), answers)
         }
-        answers.push((topic.name.clone(), partitions));
-    }
-    let written = kafka.groups.offsets.commit(entries).await;
-    if let Err(e) = &written {
-        warn!(group = group_id, error = %e, "could not commit Kafka offsets");
-    }
+    });
+    let answers = futures::future::join_all(topics).await;
     let topics = answers
         .into_iter()
         .map(|(name, partitions)| {
             let partitions = partitions
                 .into_iter()
                 .map(|(index, error)| {
-                    let error = error.or_else(|| {
-                        written
-                            .is_err()
-                            .then_some(ResponseError::CoordinatorNotAvailable)
-                    });
                     OffsetCommitResponsePartition::default()
                         .with_partition_index(index)
                         .with_error_code(error.map_or(0, |e| e.code()))
@@ -154,18 +149,19 @@ pub async fn offset_commit(
     OffsetCommitResponse::default().with_topics(topics)
 }
 
-/// OffsetFetch (v1-7): a group's committed offsets, for the named partitions or all.
+/// OffsetFetch (v1-7): a group's committed offsets, for the named partitions or all. While
+/// a partition's home cannot answer (its leader is changing), the whole answer is
+/// `COORDINATOR_LOAD_IN_PROGRESS`, which Kafka clients retry, rather than an offset they
+/// would take for "none committed".
 pub async fn offset_fetch(
     kafka: &Kafka,
     scope: &Scope,
     request: OffsetFetchRequest,
 ) -> OffsetFetchResponse {
-    let s = scope;
     let group = request.group_id.to_string();
     if let Err(error) = scope.allow(kafka, Action::GroupConsume, &group, On::Group) {
         return OffsetFetchResponse::default().with_error_code(error.code());
     }
-    let offsets = &kafka.groups.offsets;
     let entry = |partition: i32, committed: Option<Committed>| match committed {
         Some(c) => OffsetFetchResponsePartition::default()
             .with_partition_index(partition)
@@ -178,53 +174,83 @@ pub async fn offset_fetch(
             .with_committed_leader_epoch(-1)
             .with_metadata(Some(sb(""))),
     };
+    let loading = |topics: Vec<OffsetFetchResponseTopic>| {
+        OffsetFetchResponse::default()
+            .with_error_code(ResponseError::CoordinatorLoadInProgress.code())
+            .with_topics(topics)
+    };
     let topics = match request.topics {
         Some(topics) => {
-            let mut out = Vec::with_capacity(topics.len());
-            for t in topics {
-                let mut partitions = Vec::with_capacity(t.partition_indexes.len());
+            let group = group.as_str();
+            let fetches = topics.into_iter().map(|t| async move {
                 let allowed = scope.allow(kafka, Action::StreamSubscribe, &t.name, On::Topic);
-                for p in t.partition_indexes {
-                    if let Err(error) = allowed {
-                        partitions.push(entry(p, None).with_error_code(error.code()));
-                        continue;
+                let mut unavailable = false;
+                let partitions = match allowed {
+                    Err(error) => t
+                        .partition_indexes
+                        .iter()
+                        .map(|p| entry(*p, None).with_error_code(error.code()))
+                        .collect(),
+                    Ok(()) => {
+                        let answers = offset_home::fetch(
+                            kafka,
+                            scope,
+                            group,
+                            &t.name,
+                            &t.partition_indexes,
+                            false,
+                        )
+                        .await;
+                        t.partition_indexes
+                            .iter()
+                            .map(|p| match answers.iter().find(|(q, _)| q == p) {
+                                Some((_, Ok(c))) => entry(*p, c.clone()),
+                                // As Kafka answers a partition it does not know: nothing
+                                // committed.
+                                Some((_, Err(ResponseError::UnknownTopicOrPartition))) => {
+                                    entry(*p, None)
+                                }
+                                Some((_, Err(e))) => {
+                                    unavailable = true;
+                                    entry(*p, None).with_error_code(e.code())
+                                }
+                                None => entry(*p, None),
+                            })
+                            .collect()
                     }
-                    let key = OffsetKey {
-                        tenant: s.tenant.clone(),
-                        namespace: s.namespace.clone(),
-                        group: group.clone(),
-                        topic: t.name.to_string(),
-                        partition: p,
-                    };
-                    partitions.push(entry(p, offsets.get(&key).await));
-                }
-                out.push(
-                    OffsetFetchResponseTopic::default()
-                        .with_name(t.name)
-                        .with_partitions(partitions),
-                );
+                };
+                let topic = OffsetFetchResponseTopic::default()
+                    .with_name(t.name)
+                    .with_partitions(partitions);
+                (topic, unavailable)
+            });
+            let answered = futures::future::join_all(fetches).await;
+            let unavailable = answered.iter().any(|(_, u)| *u);
+            let topics: Vec<OffsetFetchResponseTopic> =
+                answered.into_iter().map(|(t, _)| t).collect();
+            if unavailable {
+                return loading(topics);
             }
-            out
+            topics
         }
         None => {
-            let mut by_topic: BTreeMap<String, Vec<OffsetFetchResponsePartition>> = BTreeMap::new();
-            for (key, committed) in offsets.of_group(&s.tenant, &s.namespace, &group).await {
-                if !scope.can_view(kafka, &key.topic) {
-                    continue;
-                }
-                by_topic
-                    .entry(key.topic.clone())
-                    .or_default()
-                    .push(entry(key.partition, Some(committed)));
+            let visible = |topic: &str| scope.can_view(kafka, topic);
+            match offset_home::fetch_all(kafka, scope, &group, visible).await {
+                Ok(all) => all
+                    .into_iter()
+                    .map(|(name, partitions)| {
+                        OffsetFetchResponseTopic::default()
+                            .with_name(TopicName(sb(&name)))
+                            .with_partitions(
+                                partitions
+                                    .into_iter()
+                                    .map(|(p, c)| entry(p, Some(c)))
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+                Err(_) => return loading(Vec::new()),
             }
-            by_topic
-                .into_iter()
-                .map(|(name, partitions)| {
-                    OffsetFetchResponseTopic::default()
-                        .with_name(TopicName(sb(&name)))
-                        .with_partitions(partitions)
-                })
-                .collect()
         }
     };
     OffsetFetchResponse::default().with_topics(topics)

@@ -4,12 +4,13 @@
 //! (its consumers would commit again at once), a group known neither by members nor by
 //! offsets is `GROUP_ID_NOT_FOUND`. Deleting is `group.consume` on the group (the one group
 //! grant Felix has), checked before anything else. The offsets' tombstones are written
-//! durably before the answer, so a deleted group stays deleted across a restart.
+//! durably before the answer (in each partition's group journal, and in the local log of
+//! offsets committed before the journals), so a deleted group stays deleted across a
+//! restart or a failover.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
-use tracing::warn;
 
 use crate::kafka::Kafka;
 use crate::kafka::scope::{On, Scope};
@@ -47,15 +48,7 @@ async fn delete_group(kafka: &Kafka, scope: &Scope, id: &str) -> Result<(), Resp
             None => false,
         }
     };
-    let deleted = kafka
-        .groups
-        .offsets
-        .delete_group(&scope.tenant, &scope.namespace, id)
-        .await
-        .map_err(|e| {
-            warn!(group = key, error = %e, "could not delete a Kafka group's offsets");
-            ResponseError::KafkaStorageError
-        })?;
+    let deleted = super::offset_home::delete(kafka, scope, id).await?;
     if !had_state && deleted == 0 {
         return Err(ResponseError::GroupIdNotFound);
     }

@@ -24,9 +24,8 @@ pub async fn list_groups(
     scope: &Scope,
     request: ListGroupsRequest,
 ) -> ListGroupsResponse {
-    let s = scope;
     let mut listed: BTreeMap<String, (String, &'static str)> = BTreeMap::new();
-    for group in kafka.groups.offsets.groups(&s.tenant, &s.namespace).await {
+    for group in super::offset_home::known_groups(kafka, scope).await {
         listed.insert(group, ("consumer".to_owned(), GroupState::Empty.name()));
     }
     {
@@ -67,8 +66,7 @@ pub async fn describe_groups(
     scope: &Scope,
     request: DescribeGroupsRequest,
 ) -> DescribeGroupsResponse {
-    let s = scope;
-    let with_offsets = kafka.groups.offsets.groups(&s.tenant, &s.namespace).await;
+    let with_offsets = super::offset_home::known_groups(kafka, scope).await;
     let groups = kafka.groups.groups.lock();
     let described = request
         .groups

@@ -3,7 +3,9 @@
 //! Decides where a group's members meet. The invariant: every broker names the same
 //! coordinator for a group (a stable hash of the group over the live brokers with a Kafka
 //! listener, or this broker on a single node), so all of a group's members reach one
-//! coordinator, whose local log keeps the group's offsets. A transaction coordinator lookup
+//! coordinator; when that broker is lost another live one is named, and the group's
+//! committed offsets, kept in its partitions' replicated group journals rather than on the
+//! coordinator (`offset_home.rs`), are still there. A transaction coordinator lookup
 //! is refused with an error clients treat as fatal (Felix has no transactions), and a
 //! share-state coordinator lookup (key type 2, broker-internal in Kafka) with
 //! `INVALID_REQUEST`; a share group's coordinator is found as any group's (key type 0).
@@ -34,7 +36,7 @@ pub fn find_coordinator(
     let host = sb(&advertised.ip().to_string());
     let port = i32::from(advertised.port());
     // In a cluster every broker names the same coordinator for a group, so all its members
-    // meet on one broker (whose local log keeps the group's offsets).
+    // meet on one broker (the offsets are the partitions' leaders', wherever it is).
     let coordinator_of = |key: &str| -> (BrokerId, StrBytes, i32) {
         cluster_coordinator(kafka, key).unwrap_or((me, host.clone(), port))
     };

@@ -11,7 +11,8 @@
 //!
 //! Membership lives in memory: after a broker restart the consumers rejoin (their member
 //! ids are unknown, so they get fresh ones) and resume from the committed offsets, which
-//! are durable (`kafka/offsets.rs`).
+//! are durable and replicated with the partitions (`offset_home.rs`); so do they on another
+//! broker when the coordinator's is lost.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};

@@ -5,6 +5,8 @@
 //!   member is answered ([`GroupCoordinator`]).
 //! * `membership.rs` — JoinGroup, SyncGroup, Heartbeat, LeaveGroup and session expiry.
 //! * `commits.rs` — OffsetCommit and OffsetFetch: who may commit.
+//! * `offset_home.rs` — where committed offsets live: each partition's group journal, on
+//!   its leader (forwarded there from the coordinator).
 //! * `find.rs` — FindCoordinator: which broker coordinates a group.
 //! * `describe.rs` — ListGroups and DescribeGroups.
 //! * `delete.rs` — DeleteGroups: a group without members and its offsets.
@@ -15,6 +17,7 @@ mod delete;
 mod describe;
 mod find;
 mod membership;
+mod offset_home;
 
 pub use commits::{offset_commit, offset_fetch};
 pub use coordinator::GroupCoordinator;
