@@ -37,6 +37,7 @@ mod broker {
     mod kafka_share;
     mod leases;
     mod limits;
+    mod move_holds;
     mod moves;
     mod oidc;
     mod ordering;

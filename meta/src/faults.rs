@@ -11,7 +11,8 @@
 //!
 //! Stalled writes hold every leader write of the node's shard logs just before it is written
 //! (after it was accepted), as a slow or hung disk would: what a write that outlasts the
-//! lease looks like.
+//! lease looks like. Held answers wait after a leader's write and before its answer is
+//! settled: what a pause between the two looks like.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -50,4 +51,27 @@ pub fn wait_while_writes_stalled() {
     let _held = WRITES_RESUMED
         .wait_while(stalled, |s| *s)
         .unwrap_or_else(|e| e.into_inner());
+}
+
+/// Read first, so an answer that is not held takes no lock.
+static HOLDING_ANSWERS: AtomicBool = AtomicBool::new(false);
+static ANSWERS: std::sync::LazyLock<tokio::sync::watch::Sender<bool>> =
+    std::sync::LazyLock::new(|| tokio::sync::watch::channel(false).0);
+
+/// Holds this node's answers to publishes it wrote as leader (`true`), after the write and
+/// before the answer is settled, or lets them go on (`false`): what a pause between a write
+/// and its answer looks like (a test lets the lease lapse meanwhile).
+pub fn set_answers_held(held: bool) {
+    ANSWERS.send_replace(held);
+    HOLDING_ANSWERS.store(held, Ordering::Release);
+    tracing::warn!(held, "fault injection: publish answers held changed");
+}
+
+/// Waits while answers are held (see [`set_answers_held`]).
+pub async fn wait_while_answers_held() {
+    if !HOLDING_ANSWERS.load(Ordering::Acquire) {
+        return;
+    }
+    let mut held = ANSWERS.subscribe();
+    let _ = held.wait_for(|h| !*h).await;
 }

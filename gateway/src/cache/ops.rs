@@ -117,8 +117,10 @@ impl Broker {
             )
             .retry_after(500));
         }
+        // Applied already: past a lapsed lease the outcome is unknown, not refused (a
+        // refusal would have a client apply a counter add twice).
         if last.is_none() && !self.node.lease.holds() {
-            return Err(fenced(cs));
+            return Err(crate::publish::unvouched(&cs.key));
         }
         Ok(())
     }
