@@ -34,3 +34,31 @@ pub(super) async fn release_answers(
         "released",
     )
 }
+
+/// Holds this broker's shard hand-overs with their fence up (`POST`), or lets them go on
+/// (`DELETE`).
+pub(super) async fn hold_handovers(
+    state: State<AdminState>,
+    headers: HeaderMap,
+) -> Result<&'static str, ApiError> {
+    fault_switch(
+        state,
+        &headers,
+        felix_meta::faults::set_handovers_held,
+        true,
+        "held",
+    )
+}
+
+pub(super) async fn release_handovers(
+    state: State<AdminState>,
+    headers: HeaderMap,
+) -> Result<&'static str, ApiError> {
+    fault_switch(
+        state,
+        &headers,
+        felix_meta::faults::set_handovers_held,
+        false,
+        "released",
+    )
+}

@@ -53,7 +53,16 @@ impl Broker {
                 )
             })?;
             self.disk.check(batch.len() as u64)?;
-            let ticket = log.append(batch).await.map_err(|e| log_error(&e))?;
+            let ticket = {
+                // The append lock a shard move's hand-over takes after raising its fence: a
+                // change is appended before the hand-over reads the log's end, or not here
+                // (held, then sent to the new owner: `cache/moving.rs`).
+                let _order = cs.shard.producers.lock().await;
+                if !crate::moves::hold::may_append(&cs.shard) {
+                    return Err(crate::moves::hold::fenced_at_append(&cs.shard));
+                }
+                log.append(batch).await.map_err(|e| log_error(&e))?
+            };
             let (_, l) = ticket.committed().await.map_err(|e| log_error(&e))?;
             st.applied_end = l + 1;
             last = Some(l);

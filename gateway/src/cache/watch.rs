@@ -5,7 +5,8 @@
 //! applies from the moment it is opened — puts and counter adds (with the new value),
 //! deletes, and the expiry deletes of a log-backed cache — in the order the owner applied
 //! them on each shard. It ends with an `End` frame when the owner stops owning a shard
-//! (`not_leader`, naming the new owner when known, or `shard_unavailable`), when the cache
+//! (`shard_moved` after a move's hand-over, `not_leader`, naming the new owner when known,
+//! or `shard_unavailable`), when the cache
 //! is dropped, when it falls more than the buffer behind (`watch_lagged`: changes were
 //! missed), or when the caller's token lapses. A watch is not forwarded: a broker that does
 //! not own a key's shard refuses with `not_leader` and the client opens it at the owner; a
@@ -120,6 +121,10 @@ fn still_owned(broker: &Broker, cs: &CacheShard) -> Result<(), ErrorBody> {
                 cs.key
             ),
         ));
+    }
+    // Handed over by a move: `shard_moved`, naming the new owner.
+    if let Some(e) = super::moving::moved_end(broker, &cs.shard) {
+        return Err(e);
     }
     crate::routing::check_leading(&broker.node, &cs.shard)?;
     if cs.shard.repl.is_some() && !broker.node.lease.holds() {

@@ -108,6 +108,8 @@ async fn hand_over(
     // Publishes that passed the fence before it went up append under this lock; once it is
     // free they have all been given their offsets.
     drop(shard.producers.lock().await);
+    // Fault injection only: a test holds the hand-over here, its fence up, past the hold.
+    felix_meta::faults::wait_while_handovers_held().await;
     let end = log.next_offset();
     wait_until(deadline, || {
         let written = log.committed_offset() >= end;
@@ -147,6 +149,7 @@ async fn hand_over(
         end,
     };
     propose(&b, cmd).await?;
+    repl.moves.handed_over(generation + 1, m.to);
     b.metrics.moves.handovers.inc();
     info!(shard = %shard.key, from = me, to = m.to, end, generation = generation + 1,
         "handed the shard over at the fence");

@@ -6,9 +6,16 @@
 //!    until its lease lapses): the answer is `leadership_lost` (outcome unknown), never a
 //!    retryable refusal that the cluster client would re-send — which stored the record
 //!    twice (moving-l-p2-727 in the moves test).
-//! 2. A Leader stream's shard moved back and forth under publish load, its destination
+//! 2. A hand-over held with its fence up past `FELIX_SHARD_MOVE_HOLD_MS` (fault injection:
+//!    a control plane too slow for the hold): a publish sent to the source then is refused
+//!    as `shard_unavailable`/`moving` after the hold, and is not written.
+//! 3. A Leader stream's shard moved back and forth under publish load, its destination
 //!    SIGKILLed mid-move once and its source once: every acknowledged record at its
 //!    offset, and no record stored twice.
+//! 4. A log-backed cache's shard moved twice while two clients `counter_add`, `cache_put`
+//!    and `cache_get` through it: nothing refused, every add counted once, each get reads
+//!    the put before it; a watch at the old owner ends with `shard_moved` naming the new
+//!    owner, and a cluster client's watch follows the shard.
 //!
 //! One cluster for all steps: CI time goes to brokers starting, not to the checks.
 
@@ -16,12 +23,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use felix_client::{ClusterClient, Connection, Message, StreamConfig};
+use felix_client::{
+    AckMode, CacheConfig, ClusterClient, Connection, Message, StreamConfig, WatchTarget,
+};
 use felix_wire::protocol::codes;
 use tokio::sync::Mutex;
 
 use super::cluster::{Cluster, read_all, set_isolated};
-use super::common::{Broker, PATIENCE, http_request};
+use super::common::{Broker, PATIENCE, http_request, metric_lines, metric_value};
 
 /// The brokers' lease: the lease-lapse step waits two of them.
 const LEASE_MS: u64 = 1500;
@@ -54,6 +63,15 @@ async fn hold_answers(broker: &Broker, held: bool) {
         .await
         .expect("the fault-injection route");
     assert_eq!(status, 200, "{method} /v1/faults/hold_answers: {body}");
+}
+
+/// Holds (`true`) or releases a broker's shard hand-overs with their fence up.
+async fn hold_handovers(broker: &Broker, held: bool) {
+    let method = if held { "POST" } else { "DELETE" };
+    let (status, body) = http_request(broker.admin_addr, method, "/v1/faults/hold_handovers")
+        .await
+        .expect("the fault-injection route");
+    assert_eq!(status, 200, "{method} /v1/faults/hold_handovers: {body}");
 }
 
 /// The route of shard 0 of `stream`: (brokers outside its replica set, its leader).
@@ -246,7 +264,10 @@ async fn held_publishes_are_decided_once_across_moves_and_lapses() {
         "nothing else was written: {records:?}"
     );
 
-    // 2. A Leader stream moved back and forth under load, with kills mid-move.
+    // 2. A hand-over that cannot finish within the hold refuses what it held as `moving`.
+    moving_past_the_hold(&mut cluster, &client).await;
+
+    // 3. A Leader stream moved back and forth under load, with kills mid-move.
     let moving = "holds-moving";
     create(&client, moving, "leader", 2).await;
     cluster.leader(&client, moving, None).await;
@@ -279,4 +300,265 @@ async fn held_publishes_are_decided_once_across_moves_and_lapses() {
     }
     let ledger = load.finish().await;
     audit(&client, moving, &ledger).await;
+
+    // 4. A log-backed cache's shard moved twice while clients put, get and add through it.
+    cache_moves(&mut cluster, &client).await;
+}
+
+/// Step 2: the source's hand-over is held with its fence up (fault injection: a control
+/// plane too slow for the hold); a publish sent to it waits the hold (2 s), is refused as
+/// `shard_unavailable`/`moving`, and is not in the log; released, the move finishes.
+async fn moving_past_the_hold(cluster: &mut Cluster, client: &ClusterClient) {
+    let slow = "holds-slow";
+    create(client, slow, "leader", 2).await;
+    let source = cluster.leader(client, slow, None).await;
+    client
+        .publish_to_shard("t", "ns", slow, 0, &[Message::new("slow-first")])
+        .await
+        .expect("a publish before the move");
+    hold_handovers(cluster.node(source), true).await;
+    let (outside, _) = placement(client, slow).await;
+    let to = outside[0];
+    let third = (1..=3).find(|b| *b != to && *b != source).expect("a third");
+    let conn = cluster.node(third).client().await;
+    conn.move_shard("t", "ns", slow, 0, to, None)
+        .await
+        .expect("start a move");
+    // One try at a time, straight to the source (a cluster client would try again): the
+    // fence goes up once the destination has caught up.
+    let direct = cluster.node(source).client().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut acked = Vec::new();
+    let refused = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no publish was refused as moving while the hand-over was held"
+        );
+        let id = format!("slow-{}", acked.len());
+        let sent = std::time::Instant::now();
+        match direct
+            .publish("t", "ns", slow, Message::new(id.clone()), AckMode::Batch)
+            .await
+        {
+            Ok(_) => acked.push(id),
+            Err(felix_client::ClientError::Broker(e)) if e.reason == "moving" => {
+                assert_eq!(e.code, codes::SHARD_UNAVAILABLE, "{e}");
+                assert!(e.retry_after_ms.is_some(), "retryable: {e}");
+                let held = sent.elapsed();
+                assert!(
+                    held >= Duration::from_millis(1900),
+                    "refused after the hold (2 s), not before: {held:?}"
+                );
+                eprintln!("refused as moving after {held:?} held: {e}");
+                break id;
+            }
+            Err(e) => panic!("{id}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    hold_handovers(cluster.node(source), false).await;
+    moves_settle(&conn, "the held hand-over, released").await;
+    let (_, now) = placement(client, slow).await;
+    assert_eq!(now, Some(to), "the move finished once released");
+    let last = client
+        .publish_to_shard("t", "ns", slow, 0, &[Message::new("slow-last")])
+        .await
+        .expect("a publish after the move");
+    let records = read_all(client, slow, last.base_offset + 1).await;
+    assert!(
+        records.iter().all(|(_, id)| *id != refused),
+        "{refused} was refused as moving, yet written: {records:?}"
+    );
+    assert_eq!(
+        records.len(),
+        acked.len() + 2,
+        "every acknowledged publish once, the refused one not at all: {records:?}"
+    );
+}
+
+/// Step 4: nothing refused, every counter add counted once, each get sees the put before
+/// it; a watch at the old owner ends with `shard_moved` naming the new one, and a cluster
+/// client's watch follows it (it sees a change made after the moves).
+async fn cache_moves(cluster: &mut Cluster, client: &ClusterClient) {
+    let cache = "holds-cache";
+    let config = CacheConfig {
+        durable: Some(true),
+        shards: Some(1),
+        replicas: Some(2),
+        ..CacheConfig::default()
+    };
+    client
+        .create_cache("t", "ns", cache, config)
+        .await
+        .expect("create the cache");
+    let backing = format!("__cache.{cache}");
+    let owner = cluster.leader(client, &backing, None).await;
+    client
+        .counter_add("t", "ns", cache, "hits", 0)
+        .await
+        .expect("the counter at 0");
+
+    // A watch at the owner through a plain connection, and one through the cluster client.
+    let mut plain = cluster
+        .node(owner)
+        .client()
+        .await
+        .watch_cache("t", "ns", cache, WatchTarget::Key("hits".into()))
+        .await
+        .expect("a watch at the owner");
+    let plain = tokio::spawn(async move {
+        loop {
+            match plain.next_change().await {
+                Ok(Some(_)) => continue,
+                other => return other,
+            }
+        }
+    });
+    let mut followed = client
+        .watch_cache("t", "ns", cache, WatchTarget::Key("hits".into()))
+        .await
+        .expect("a cluster watch");
+    let last_seen = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let watcher = {
+        let last_seen = last_seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let e = followed
+                    .next_change()
+                    .await
+                    .expect("the cluster watch goes on");
+                if let Ok(v) = String::from_utf8_lossy(&e.value).trim().parse::<i64>() {
+                    last_seen.fetch_max(v, std::sync::atomic::Ordering::AcqRel);
+                }
+            }
+        })
+    };
+
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let adds = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..2 {
+        let (client, stop, errors, adds) = (
+            client.clone(),
+            stop_rx.clone(),
+            errors.clone(),
+            adds.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut i = 0u64;
+            while !*stop.borrow() {
+                i += 1;
+                match client.counter_add("t", "ns", cache, "hits", 1).await {
+                    Ok(_) => {
+                        adds.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    }
+                    Err(e) => errors.lock().await.push(format!("counter_add: {e}")),
+                }
+                // Each writer owns its keys, so a get reads back its own last put.
+                let key = format!("w{w}-k{}", i % 16);
+                let value = format!("w{w}-v{i}");
+                if let Err(e) = client
+                    .cache_put("t", "ns", cache, &key, value.clone(), None)
+                    .await
+                {
+                    errors.lock().await.push(format!("put {key}: {e}"));
+                    continue;
+                }
+                match client.cache_get("t", "ns", cache, &key).await {
+                    Ok(Some(v)) if v == value.as_bytes() => {}
+                    other => errors.lock().await.push(format!("get {key}: {other:?}")),
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }));
+    }
+    let wait_adds = |n: i64| {
+        let adds = adds.clone();
+        async move {
+            let target = adds.load(std::sync::atomic::Ordering::Acquire) + n;
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            while adds.load(std::sync::atomic::Ordering::Acquire) < target {
+                assert!(tokio::time::Instant::now() < deadline, "no counter adds");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    wait_adds(50).await;
+    let held_before = held_count(cluster).await;
+    let mut first_to = None;
+    for _ in 0..2 {
+        let (outside, leader) = placement(client, &backing).await;
+        let (to, leader) = (outside[0], leader.expect("an owner"));
+        first_to.get_or_insert(to);
+        let third = (1..=3).find(|b| *b != to && *b != leader).expect("a third");
+        let conn = cluster.node(third).client().await;
+        conn.move_shard("t", "ns", &backing, 0, to, None)
+            .await
+            .expect("move the cache's shard");
+        moves_settle(&conn, "a cache shard move").await;
+        let (_, now) = placement(client, &backing).await;
+        assert_eq!(now, Some(to), "the cache's shard is owned by {to}");
+        wait_adds(30).await;
+    }
+    // The cluster watch delivers a change made after both moves.
+    let after = client
+        .counter_get("t", "ns", cache, "hits")
+        .await
+        .expect("counter_get");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while last_seen.load(std::sync::atomic::Ordering::Acquire) <= after {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the cluster watch saw nothing after the moves (last {})",
+            last_seen.load(std::sync::atomic::Ordering::Acquire)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.send(true).expect("stop");
+    for t in tasks {
+        t.await.expect("a cache client task");
+    }
+    watcher.abort();
+    let errors = errors.lock().await;
+    assert!(
+        errors.is_empty(),
+        "cache operations failed across the moves: {errors:?}"
+    );
+    let total = client
+        .counter_get("t", "ns", cache, "hits")
+        .await
+        .expect("counter_get");
+    let adds = adds.load(std::sync::atomic::Ordering::Acquire);
+    assert_eq!(total, adds, "every acknowledged counter add counted once");
+    // The watch at the first owner ended naming the owner the shard was handed to.
+    let end = tokio::time::timeout(PATIENCE, plain)
+        .await
+        .expect("the old owner's watch ends")
+        .expect("the watch task");
+    match end {
+        Err(felix_client::ClientError::Broker(e)) => {
+            assert_eq!(e.code, codes::SHARD_MOVED, "{e}");
+            assert_eq!(e.leader, first_to, "{e}");
+        }
+        other => panic!("the old owner's watch ended without shard_moved: {other:?}"),
+    }
+    let held = held_count(cluster).await - held_before;
+    eprintln!(
+        "cache across two moves: {adds} counter adds, all counted once, none refused; \
+         {held} operations held at a hand-over"
+    );
+}
+
+/// How many publishes and cache operations the brokers held at hand-overs so far.
+async fn held_count(cluster: &Cluster) -> f64 {
+    let mut n = 0.0;
+    for b in &cluster.brokers {
+        let text = b.metrics().await;
+        n += metric_lines(&text, "felix_shard_move_hold_seconds_count")
+            .iter()
+            .map(|l| metric_value(l))
+            .sum::<f64>();
+    }
+    n
 }
