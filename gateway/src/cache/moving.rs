@@ -9,7 +9,9 @@
 //! broker, as a held publish is). A change that raced the fence was not appended (it is
 //! refused under the append lock, `ops.rs`), so it is held and tried again: decided once.
 //! A watch of the shard ends with `shard_moved` naming the new owner, which a cluster
-//! client's watch follows.
+//! client's watch follows, as soon as the role changes here (not at the next half-second
+//! recheck: a shard moved away and back within it would leave the watch open, blind to the
+//! changes made elsewhere meanwhile).
 //!
 //! Invariant: an operation held here past the hold is refused as `shard_unavailable` with
 //! reason `moving`, having changed nothing.
@@ -19,10 +21,12 @@ use std::time::Instant;
 
 use felix_meta::model::ShardKey;
 use felix_wire::protocol::{ErrorBody, codes};
+use tokio::sync::watch;
 
 use crate::broker::Broker;
 use crate::errors::err;
 use crate::moves::hold;
+use crate::node::Node;
 use crate::replication::role::Role;
 use crate::shard::Shard;
 
@@ -63,34 +67,56 @@ pub(crate) fn forward_again(e: &ErrorBody) -> bool {
     e.code == codes::NOT_LEADER && e.reason == hold::MOVED
 }
 
-/// How a watch of `shard` ends once this broker handed the shard over to another by a move:
-/// `shard_moved` naming the new owner (and its address), where the watch is opened again.
-/// `None` while this broker did not hand it over.
-pub(crate) fn moved_end(broker: &Broker, shard: &Shard) -> Option<ErrorBody> {
+/// How a watch of `shard`, opened while this broker led it at `opened`, ends because of a
+/// move: `shard_moved` naming the new owner (and its address), where the watch is opened
+/// again, once this broker follows the owner it handed the shard to; or naming this broker
+/// when it leads again at another generation (the shard was led elsewhere meanwhile, and
+/// the changes made there never reached this watch). `None` otherwise.
+pub(crate) fn watch_end(node: &Node, shard: &Shard, opened: Option<u64>) -> Option<ErrorBody> {
     let repl = shard.repl.as_ref()?;
-    let Role::Follower { leader, generation } = repl.role.borrow().clone() else {
-        return None;
+    let role = repl.role.borrow().clone();
+    let (owner, why) = match role {
+        Role::Follower { leader, generation }
+            if repl.moves.handed_over_to() == Some((generation, leader)) =>
+        {
+            (leader, "open the watch there")
+        }
+        Role::Leader { generation } if opened.is_some_and(|o| o != generation) => (
+            node.broker_id(),
+            "it was led elsewhere meanwhile and the changes made there were not delivered \
+             here; open the watch again",
+        ),
+        _ => return None,
     };
-    if repl.moves.handed_over_to() != Some((generation, leader)) {
-        return None;
-    }
     let mut e = err(
         codes::SHARD_MOVED,
         "shard_moved",
         format!(
-            "shard {} moved to broker {leader}: open the watch there (changes made while it \
-             is reopened are not delivered)",
+            "shard {} moved to broker {owner}: {why} (changes made while it is reopened are \
+             not delivered)",
             shard.key
         ),
     )
     .retry_after(0);
-    e.leader = Some(leader);
-    e.leader_addr = broker
-        .node
+    e.leader = Some(owner);
+    e.leader_addr = node
         .registry
         .borrow()
         .brokers
-        .get(&leader)
+        .get(&owner)
         .map(|b| b.client_addr.clone());
     Some(e)
+}
+
+/// Resolves when `shard`'s role changes here (never for a shard that is not replicated,
+/// nor once its role can no longer change).
+pub(crate) async fn role_changed(role: &mut Option<watch::Receiver<Role>>) {
+    let changed = match role.as_mut() {
+        Some(r) => r.changed().await.is_ok(),
+        None => false,
+    };
+    if !changed {
+        *role = None;
+        std::future::pending::<()>().await
+    }
 }

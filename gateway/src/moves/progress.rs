@@ -19,8 +19,9 @@ pub struct MoveProgress {
     running: AtomicBool,
     /// No step starts before this (after a step failed or timed out).
     not_before: Mutex<Option<Instant>>,
-    /// The last hand-over this broker made: (the new generation, the new leader). A watch
-    /// told `shard_moved` only when its end is this hand-over (`cache/moving.rs`).
+    /// The last hand-over this broker proposed: (the new generation, the new leader). A
+    /// watch is told `shard_moved` only when this broker follows exactly that
+    /// (`cache/moving.rs`).
     handed: Mutex<Option<(u64, u64)>>,
 }
 
@@ -71,12 +72,12 @@ impl MoveProgress {
         self.running.store(false, Ordering::Release);
     }
 
-    /// Records that this broker handed the shard over: `to` leads `generation`.
+    /// Records that this broker proposes to hand the shard over: `to` to lead `generation`.
     pub(crate) fn handed_over(&self, generation: u64, to: u64) {
         *self.handed.lock() = Some((generation, to));
     }
 
-    /// The last hand-over this broker made: (the new generation, the new leader).
+    /// The last hand-over this broker proposed: (the new generation, the new leader).
     pub fn handed_over_to(&self) -> Option<(u64, u64)> {
         *self.handed.lock()
     }
