@@ -9,13 +9,13 @@
 //! 2. A hand-over held with its fence up past `FELIX_SHARD_MOVE_HOLD_MS` (fault injection:
 //!    a control plane too slow for the hold): a publish sent to the source then is refused
 //!    as `shard_unavailable`/`moving` after the hold, and is not written.
-//! 3. A Leader stream's shard moved back and forth under publish load, its destination
-//!    SIGKILLed mid-move once and its source once: every acknowledged record at its
-//!    offset, and no record stored twice.
-//! 4. A log-backed cache's shard moved twice while two clients `counter_add`, `cache_put`
+//! 3. A log-backed cache's shard moved twice while two clients `counter_add`, `cache_put`
 //!    and `cache_get` through it: nothing refused, every add counted once, each get reads
 //!    the put before it; a watch at the old owner ends with `shard_moved` naming the new
 //!    owner, and a cluster client's watch follows the shard.
+//! 4. A Leader stream's shard moved back and forth under publish load, its destination
+//!    SIGKILLed mid-move once and its source once: every acknowledged record at its
+//!    offset, and no record stored twice.
 //!
 //! One cluster for all steps: CI time goes to brokers starting, not to the checks.
 
@@ -267,7 +267,11 @@ async fn held_publishes_are_decided_once_across_moves_and_lapses() {
     // 2. A hand-over that cannot finish within the hold refuses what it held as `moving`.
     moving_past_the_hold(&mut cluster, &client).await;
 
-    // 3. A Leader stream moved back and forth under load, with kills mid-move.
+    // 3. A log-backed cache's shard moved twice while clients put, get and add through it
+    //    (before any broker is killed: a killed broker's pooled connection would time out).
+    cache_moves(&mut cluster, &client).await;
+
+    // 4. A Leader stream moved back and forth under load, with kills mid-move.
     let moving = "holds-moving";
     create(&client, moving, "leader", 2).await;
     cluster.leader(&client, moving, None).await;
@@ -300,9 +304,6 @@ async fn held_publishes_are_decided_once_across_moves_and_lapses() {
     }
     let ledger = load.finish().await;
     audit(&client, moving, &ledger).await;
-
-    // 4. A log-backed cache's shard moved twice while clients put, get and add through it.
-    cache_moves(&mut cluster, &client).await;
 }
 
 /// Step 2: the source's hand-over is held with its fence up (fault injection: a control
@@ -376,7 +377,7 @@ async fn moving_past_the_hold(cluster: &mut Cluster, client: &ClusterClient) {
     );
 }
 
-/// Step 4: nothing refused, every counter add counted once, each get sees the put before
+/// Step 3: nothing refused, every counter add counted once, each get sees the put before
 /// it; a watch at the old owner ends with `shard_moved` naming the new one, and a cluster
 /// client's watch follows it (it sees a change made after the moves).
 async fn cache_moves(cluster: &mut Cluster, client: &ClusterClient) {
