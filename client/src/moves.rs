@@ -77,6 +77,14 @@ macro_rules! cluster_requests {
             self.cluster(request, true).await.map(|_| ())
         }
 
+        /// Forgets broker `id` (registry and control-plane membership); refused while it is
+        /// alive or holds a replica.
+        pub async fn remove_broker(&self, id: u64) -> Result<(), $crate::ClientError> {
+            self.cluster($crate::ClusterRequest::RemoveBroker { id }, true)
+                .await
+                .map(|_| ())
+        }
+
         /// Starts moving one shard's replica (the leader's, unless `replace` names one) to
         /// broker `to`; answered with the shard's generation once recorded.
         pub async fn move_shard(
@@ -95,8 +103,42 @@ macro_rules! cluster_requests {
                 shard,
                 to,
                 replace,
+                force: false,
             };
             self.cluster(request, false).await.map(|_| ())
+        }
+
+        /// Makes broker `to` (a follower) lead a Leader stream's shard whose leader is dead,
+        /// from the end of its own copy: what the old leader acknowledged past it is lost.
+        /// Returns `(generation, start, old_leader)`: records the old leader acknowledged at
+        /// or after `start` are gone.
+        pub async fn force_shard_leader(
+            &self,
+            tenant: &str,
+            namespace: &str,
+            stream: &str,
+            shard: u32,
+            to: u64,
+        ) -> Result<(u64, u64, Option<u64>), $crate::ClientError> {
+            let request = $crate::ClusterRequest::MoveShard {
+                tenant: tenant.to_owned(),
+                namespace: namespace.to_owned(),
+                stream: stream.to_owned(),
+                shard,
+                to,
+                replace: None,
+                force: true,
+            };
+            match self.cluster(request, false).await? {
+                $crate::ClusterResponse::Forced {
+                    generation,
+                    start,
+                    old_leader,
+                } => Ok((generation, start, old_leader)),
+                other => Err($crate::ClientError::Protocol(format!(
+                    "unexpected answer to a forced move: {other:?}"
+                ))),
+            }
         }
     };
 }

@@ -16,14 +16,13 @@ use bytes::Bytes;
 use felix_meta::auth::{Action, Resource};
 use felix_meta::model::ShardKey;
 use felix_wire::protocol::{AckMode, ErrorBody, codes};
-use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 
 use crate::broker::Broker;
 use crate::groups::duty::BrokerDuty;
 use crate::publish::{Publisher, QuotaCharge};
 use crate::quota::PublishCost;
-use crate::replication::transport::PeerClient;
+use crate::replication::transport::{PeerClient, PeerFailure};
 use crate::shard::shard_key;
 
 /// A publish forwarded by a broker that does not lead the shard (the batches are the body).
@@ -242,50 +241,22 @@ async fn forward_publish(
     body: Bytes,
     timeout: Duration,
 ) -> Result<Option<(u64, u64)>, ErrorBody> {
-    let unknown = |m: String| {
-        ErrorBody::new(
-            codes::INTERNAL,
-            "forward_failed",
-            format!(
-                "forwarding the publish to the shard's leader at {addr}: {m}; its outcome is unknown"
-            ),
-        )
+    let target = ForwardTarget {
+        what: "the publish",
+        whom: "the shard's leader",
+        addr,
     };
-    if felix_meta::faults::isolated() {
-        return Err(ErrorBody::new(
-            codes::SHARD_UNAVAILABLE,
-            "leader_unreachable",
-            "this broker is cut off the network (fault injection)",
-        )
-        .retry_after(500));
-    }
-    let header = serde_json::to_string(req).map_err(|e| unknown(e.to_string()))?;
+    let header = serde_json::to_string(req).map_err(|e| target.unknown(e.to_string()))?;
     let mut headers = hyper::HeaderMap::new();
     headers.insert(
         PUBLISH_HEADER,
-        hyper::header::HeaderValue::try_from(header).map_err(|e| unknown(e.to_string()))?,
+        hyper::header::HeaderValue::try_from(header).map_err(|e| target.unknown(e.to_string()))?,
     );
-    let request = peers
-        .post(addr, "/repl/publish", headers, body)
-        .map_err(|e| unknown(e.to_string()))?;
-    let response = match tokio::time::timeout(timeout, peers.request(request)).await {
-        Err(_) => return Err(unknown(format!("no answer within {timeout:?}"))),
-        Ok(Err(e)) if e.is_connect() => {
-            return Err(ErrorBody::new(
-                codes::SHARD_UNAVAILABLE,
-                "leader_unreachable",
-                format!("cannot reach the shard's leader at {addr}: {e}"),
-            )
-            .retry_after(500));
-        }
-        Ok(Err(e)) => return Err(unknown(e.to_string())),
-        Ok(Ok(r)) => r,
-    };
-    let bytes = tokio::time::timeout(timeout, response.into_body().collect())
+    let bytes = peers
+        .send(addr, "/repl/publish", headers, body, timeout)
         .await
-        .map_err(|_| unknown("the answer timed out".into()))?
-        .map_err(|e| unknown(e.to_string()))?
-        .to_bytes();
+        .map_err(|f| target.refusal(f))?
+        .body;
     match serde_json::from_slice::<ForwardedAnswer>(&bytes) {
         Ok(ForwardedAnswer::Published {
             base_offset,
@@ -293,6 +264,43 @@ async fn forward_publish(
         }) => Ok(Some((base_offset, last_offset))),
         Ok(ForwardedAnswer::Done) => Ok(None),
         Ok(ForwardedAnswer::Error { error }) => Err(error),
-        Err(e) => Err(unknown(format!("unreadable answer: {e}"))),
+        Err(e) => Err(target.unknown(format!("unreadable answer: {e}"))),
+    }
+}
+
+/// Where a forwarded operation went, to word the caller's error.
+pub(crate) struct ForwardTarget<'a> {
+    /// What was forwarded ("the publish").
+    pub what: &'a str,
+    /// To whom ("the shard's leader").
+    pub whom: &'a str,
+    pub addr: &'a str,
+}
+
+impl ForwardTarget<'_> {
+    /// The operation may have been carried out: the caller must not assume either way.
+    pub(crate) fn unknown(&self, why: String) -> ErrorBody {
+        ErrorBody::new(
+            codes::INTERNAL,
+            "forward_failed",
+            format!(
+                "forwarding {} to {} at {}: {why}; its outcome is unknown",
+                self.what, self.whom, self.addr
+            ),
+        )
+    }
+
+    /// The caller's error for a forward that brought no answer: nothing sent is a
+    /// retryable refusal, anything else leaves the outcome unknown.
+    pub(crate) fn refusal(&self, failure: PeerFailure) -> ErrorBody {
+        match failure {
+            PeerFailure::Unsent(why) => ErrorBody::new(
+                codes::SHARD_UNAVAILABLE,
+                "leader_unreachable",
+                format!("cannot reach {} at {}: {why}", self.whom, self.addr),
+            )
+            .retry_after(500),
+            PeerFailure::Unknown(why) => self.unknown(why),
+        }
     }
 }

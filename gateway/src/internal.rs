@@ -2,8 +2,10 @@
 //! plane's: `POST /repl/fetch` (a follower's fetch, served by the shard's leader),
 //! `POST /repl/publish` (a publish forwarded by a broker that does not lead the shard),
 //! `POST /repl/segment` (a range of records for a replica rewriting a damaged segment),
-//! `POST /repl/groups` (a copy of a shard's group journal, `crate::groups::copy`) and
-//! `POST /repl/cache` (a cache operation forwarded to the key's owner).
+//! `POST /repl/groups` (a copy of a shard's group journal, `crate::groups::copy`),
+//! `POST /repl/cache` (a cache operation forwarded to the key's owner),
+//! `POST /repl/broker-stats` (this broker's figures for `felixctl broker list`) and
+//! `POST /repl/shard-end` (where this broker's copy of a shard ends, before a forced move).
 //!
 //! Invariant: until the broker has started, every route refuses with a retryable error;
 //! nothing here decides anything the client protocol does not decide the same way. Who may
@@ -33,6 +35,11 @@ pub fn router(slot: BrokerSlot) -> axum::Router {
         .route("/repl/segment", post(segment))
         .route(crate::groups::copy::PATH, post(crate::groups::copy::serve))
         .route(crate::cache::forward::ROUTE, post(forwarded_cache))
+        .route(
+            crate::moves::brokers::ROUTE,
+            post(crate::moves::brokers::serve),
+        )
+        .route(crate::moves::force::ROUTE, post(crate::moves::force::serve))
         .with_state(slot)
 }
 

@@ -340,7 +340,7 @@ async fn register_broker(config: &BrokerConfig, meta: &MetaHandle) -> anyhow::Re
             client_addr: advertised(config.quic_addr),
             kafka_addr: Some(advertised(config.kafka_addr)),
             internal_addr,
-            zone: None,
+            zone: config.zone.clone(),
             alive: true,
             draining: false,
         },

@@ -86,6 +86,16 @@ impl Shards {
         retire_stream(&mut self.open.lock(), tenant, namespace, name);
     }
 
+    /// Bytes of the open shards' local logs.
+    pub(crate) fn hot_bytes(&self) -> u64 {
+        self.open
+            .lock()
+            .values()
+            .filter_map(|s| s.log.as_ref())
+            .map(ShardLog::size_bytes)
+            .sum()
+    }
+
     /// Takes every open shard out (shutdown).
     pub(crate) fn drain(&self) -> Vec<Arc<Shard>> {
         self.open.lock().drain().map(|(_, s)| s).collect()

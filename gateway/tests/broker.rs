@@ -12,6 +12,7 @@ mod broker {
     mod auth;
     mod backpressure;
     mod bad_input;
+    mod broker_ops;
     mod cache;
     mod cluster;
     mod cold_replay;

@@ -121,7 +121,8 @@ pub(crate) fn plan_with(
                 if state.placements.contains_key(&key) {
                     continue;
                 }
-                let replicas = MetaState::spread(&key, placed_replicas(&s.settings), &alive_list);
+                let replicas =
+                    state.spread_in_zones(&key, placed_replicas(&s.settings), &alive_list);
                 plan.commands.push(Command::SetPlacement {
                     leader: replicas.first().copied(),
                     replicas,

@@ -10,7 +10,8 @@
 //!   without a person (a Leader stream's shard the dead broker leads stays: only it holds
 //!   what it acknowledged);
 //! * every replica on a draining broker is moved to the live, non-draining broker that
-//!   holds the fewest replicas and none of that shard, at most [`MAX_MOVES`] moves at a
+//!   holds none of that shard, in a zone its other replicas are not in if there is one,
+//!   and then holds the fewest replicas, at most [`MAX_MOVES`] moves at a
 //!   time across the cluster, so a drain does not flood the leaders with catch-up reads.
 //!
 //! The invariant: the controller only proposes; the state machine (`model/moves.rs`)
@@ -70,10 +71,12 @@ pub fn plan_moves(
         if p.leader == Some(from) && !alive.contains(&from) {
             continue;
         }
+        // Another zone than the shard's other replicas' first, then the emptiest.
+        let others: Vec<u64> = p.replicas.iter().copied().filter(|b| *b != from).collect();
         let Some((&to, _)) = load
             .iter()
             .filter(|(b, _)| !p.replicas.contains(b))
-            .min_by_key(|(b, n)| (**n, **b))
+            .min_by_key(|(b, n)| (state.shares_zone(**b, &others), **n, **b))
         else {
             continue;
         };

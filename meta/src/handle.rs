@@ -375,6 +375,44 @@ impl MetaHandle {
             .map_err(|e| self.membership_error(e))
     }
 
+    /// Takes node `id` out of the group through the leader: demoted from the voters if it
+    /// votes, then removed. Nothing to do if it is not a member. Refused if it would leave
+    /// no voter. Works on any node (the change is sent to the leader's membership route).
+    pub async fn remove_member(&self, id: NodeId) -> Result<(), MetaError> {
+        use crate::network::MembershipChange;
+        let m = self.inner.raft.metrics().borrow().membership_config.clone();
+        let membership = m.membership();
+        if membership.get_node(&id).is_none() {
+            return Ok(());
+        }
+        let voters: std::collections::BTreeSet<NodeId> =
+            membership.voter_ids().filter(|v| *v != id).collect();
+        if voters.is_empty() {
+            return Err(MetaError::Rejected(CommandError::Invalid(format!(
+                "node {id} is the control plane's only voter"
+            ))));
+        }
+        let was_voter = membership.voter_ids().any(|v| v == id);
+        let Some((_, Some(leader))) = self.inner.leader_addr() else {
+            return Err(MetaError::NotLeader { leader: None });
+        };
+        let client = self.inner.peers.client();
+        let send = |change: MembershipChange| {
+            let client = client.clone();
+            let leader = leader.clone();
+            async move {
+                client
+                    .change_membership(&leader, &change)
+                    .await
+                    .map_err(|e| MetaError::Rejected(CommandError::Invalid(e.to_string())))
+            }
+        };
+        if was_voter {
+            send(MembershipChange::SetVoters { voters }).await?;
+        }
+        send(MembershipChange::Remove { id }).await
+    }
+
     fn membership_error(
         &self,
         e: RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>,

@@ -10,7 +10,9 @@
 //! The invariant: every planned move is one the state machine would accept on the state it
 //! was planned from (a live destination outside the replica set, a source inside it, no move
 //! of the shard under way), and the plan ends: each step narrows the gap between the
-//! fullest and the emptiest broker. Zones and bytes are not weighed yet (docs/shard-moves.md).
+//! fullest and the emptiest broker, and no move puts two of a shard's replicas in one zone
+//! where they were in distinct ones (`model/zones.rs`). Bytes are not weighed yet
+//! (docs/shard-moves.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -74,8 +76,11 @@ pub fn plan_rebalance(state: &MetaState) -> Vec<PlannedMove> {
             }
             // A shard on `most` (led by it, when evening out leaders) that `least` does
             // not hold yet.
+            // Never a move that puts two replicas in one zone where they were apart.
             let pick = placements.iter().find(|(_, (r, l))| {
+                let others: Vec<u64> = r.iter().copied().filter(|b| *b != most).collect();
                 !r.contains(&least)
+                    && (!state.shares_zone(least, &others) || state.shares_zone(most, &others))
                     && if leaders {
                         *l == Some(most)
                     } else {

@@ -3,7 +3,9 @@
 mod meta {
     mod cluster;
     mod failover;
+    mod force;
     mod moves;
     mod placement;
     mod storage;
+    mod zones;
 }

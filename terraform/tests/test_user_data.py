@@ -205,6 +205,7 @@ def test_rendered_user_data_gives_a_config_felix_accepts(module, felix_bin, tmp_
         effective = tomllib.loads(result.stdout)
 
         assert effective["node_id"] == node_id
+        assert effective["zone"] == toml_vars["availability_zone"]
         assert effective["data_dir"] == str(mount)
         assert effective["cache_dir"] == str(mount / "cache")
         assert effective["object_store"] == toml_vars["object_store"]

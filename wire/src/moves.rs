@@ -20,6 +20,9 @@ pub enum ClusterRequest {
     DrainBroker { id: u64 },
     /// Lets broker `id` take shards again (moves already made stay).
     UndrainBroker { id: u64 },
+    /// Forgets broker `id`: takes it out of the registry and the control plane's members.
+    /// Refused while it is alive or holds a replica (drain it, stop it, then remove it).
+    RemoveBroker { id: u64 },
     /// Moves one shard's replica onto broker `to`: the replica of `replace` if given, else
     /// the leader's (so leadership moves to `to`).
     MoveShard {
@@ -30,6 +33,11 @@ pub enum ClusterRequest {
         to: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         replace: Option<u64>,
+        /// A Leader stream's shard whose leader is dead: make `to` (a follower) lead from
+        /// the end of its own copy, accepting the loss of what the old leader acknowledged
+        /// past it. Answered [`ClusterResponse::Forced`].
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        force: bool,
     },
     /// The moves under way.
     ListMoves {},
@@ -53,6 +61,14 @@ pub enum ClusterResponse {
         generation: u64,
     },
     Done {},
+    /// A shard was forced onto a follower's copy: it leads `generation` from `start`; what
+    /// `old_leader` acknowledged at or past `start` is lost.
+    Forced {
+        generation: u64,
+        start: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        old_leader: Option<u64>,
+    },
 }
 
 /// A broker as `felixctl broker list` shows it.
@@ -70,6 +86,10 @@ pub struct BrokerInfo {
     pub leaders: u64,
     /// Shards it holds a replica of (led ones included).
     pub replicas: u64,
+    /// Bytes of its shards' local (hot) logs, as the broker itself reports them; `None`
+    /// when it did not answer (dead, or too slow).
+    #[serde(default)]
+    pub hot_bytes: Option<u64>,
 }
 
 /// One move under way.

@@ -125,6 +125,14 @@ settings! {
     #[serde(default, with = "cluster_serde", skip_serializing_if = "BTreeMap::is_empty")]
     cluster: BTreeMap<u64, String> = BTreeMap::new();
 
+    /// This broker's failure domain (an availability zone, a rack): a shard's replicas are
+    /// placed, drained and rebalanced onto distinct zones when there are enough live
+    /// brokers in distinct zones. Letters, digits, `.`, `_` and `-`, at most 64.
+    ///
+    /// Default: unset (each broker is its own zone)
+    #[arg(env = "FELIX_ZONE", value_name = "ZONE")]
+    zone: String;
+
     /// Where the node keeps its state: stream logs (`streams/`), the control plane (`meta/`),
     /// the generated TLS files (`tls/`), Kafka consumer-group offsets (`kafka/`).
     ///

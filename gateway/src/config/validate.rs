@@ -34,6 +34,9 @@ impl BrokerConfig {
                     .map_err(|e| invalid("cluster", format!("member {id}: {e}")))?;
             }
         }
+        if let Some(zone) = &self.zone {
+            felix_meta::model::check_zone(zone).map_err(|e| invalid("zone", e))?;
+        }
         if self.admin_addr == self.internal_addr {
             return Err(invalid(
                 "admin_addr",

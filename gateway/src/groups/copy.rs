@@ -23,7 +23,6 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use felix_meta::model::ShardKey;
-use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 
 use super::journal;
@@ -185,44 +184,12 @@ pub(crate) async fn fetch(
     addr: &str,
     req: &CopyRequest,
 ) -> Result<CopyAnswer, CopyError> {
-    if felix_meta::faults::isolated() {
-        return Err(CopyError::Failed(
-            "this node is cut off the network (fault injection)".into(),
-        ));
-    }
-    let body = serde_json::to_vec(req).map_err(|e| CopyError::Failed(e.to_string()))?;
-    let mut headers = hyper::HeaderMap::new();
-    headers.insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    let request = client
-        .post(addr, PATH, headers, Bytes::from(body))
-        .map_err(|e| CopyError::Failed(e.to_string()))?;
     let timeout = Duration::from_millis(req.wait_ms) + Duration::from_secs(3);
-    let response = tokio::time::timeout(timeout, client.request(request))
-        .await
-        .map_err(|_| CopyError::Failed(format!("no answer from {addr} within {timeout:?}")))?
-        .map_err(|e| CopyError::Failed(format!("{addr}: {e}")))?;
-    let status = response.status();
-    let (parts, body) = response.into_parts();
-    let bytes = tokio::time::timeout(timeout, body.collect())
-        .await
-        .map_err(|_| CopyError::Failed(format!("{addr}: body timed out")))?
-        .map_err(|e| CopyError::Failed(format!("{addr}: {e}")))?
-        .to_bytes();
-    if !status.is_success() {
-        return Err(
-            serde_json::from_slice::<CopyError>(&bytes).unwrap_or_else(|_| {
-                CopyError::Failed(format!(
-                    "{addr} answered {status}: {}",
-                    String::from_utf8_lossy(&bytes)
-                ))
-            }),
-        );
-    }
+    let answer = client
+        .call(addr, PATH, req, timeout, CopyError::Failed)
+        .await?;
     let header = |k: &str| -> Option<i64> {
-        parts
+        answer
             .headers
             .get(k)
             .and_then(|v| v.to_str().ok())
@@ -240,7 +207,7 @@ pub(crate) async fn fetch(
         end: end as u64,
         last_generation: last as i32,
         diverged_at: header(DIVERGED_AT).map(|v| v as u64),
-        batches: bytes,
+        batches: answer.body,
     })
 }
 

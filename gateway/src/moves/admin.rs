@@ -9,7 +9,7 @@
 //! every move, since there is nowhere to move to.
 
 use felix_meta::model::{Command, MetaState, ShardKey};
-use felix_wire::moves::{BrokerInfo, ClusterRequest, ClusterResponse, MoveInfo};
+use felix_wire::moves::{ClusterRequest, ClusterResponse, MoveInfo};
 use felix_wire::protocol::{ErrorBody, codes};
 
 use crate::broker::Broker;
@@ -24,8 +24,15 @@ pub(crate) async fn serve(
     let node = &broker.node;
     match request {
         ClusterRequest::ListBrokers {} => Ok(ClusterResponse::Brokers {
-            brokers: node.meta.local(brokers),
+            brokers: super::brokers::list(broker).await,
         }),
+        ClusterRequest::RemoveBroker { id } => {
+            if !node.cluster {
+                return Err(single_node());
+            }
+            super::brokers::remove(broker, id).await?;
+            Ok(ClusterResponse::Done {})
+        }
         ClusterRequest::ListMoves {} => Ok(ClusterResponse::Moves {
             moves: node.meta.local(moves),
         }),
@@ -61,6 +68,7 @@ pub(crate) async fn serve(
             shard,
             to,
             replace,
+            force,
         } => {
             if !node.cluster {
                 return Err(single_node());
@@ -71,6 +79,9 @@ pub(crate) async fn serve(
                 stream,
                 shard,
             };
+            if force {
+                return super::force::force(broker, key, to).await;
+            }
             // The leader's replica unless told which: moving a shard means moving who serves it.
             let from = match replace {
                 Some(from) => from,
@@ -112,26 +123,6 @@ fn single_node() -> ErrorBody {
         "not_a_cluster",
         "this broker runs alone (no --cluster): there is no other broker to move shards to",
     )
-}
-
-/// Every registered broker and how many shards it leads and holds.
-fn brokers(s: &MetaState) -> Vec<BrokerInfo> {
-    s.brokers
-        .values()
-        .map(|b| {
-            let (replicas, leaders) = s.broker_load(b.id);
-            BrokerInfo {
-                id: b.id,
-                quic_addr: b.client_addr.clone(),
-                kafka_addr: b.kafka_addr.clone(),
-                zone: b.zone.clone(),
-                alive: b.alive,
-                draining: b.draining,
-                leaders: leaders as u64,
-                replicas: replicas as u64,
-            }
-        })
-        .collect()
 }
 
 /// The moves under way.

@@ -12,10 +12,14 @@
 //! * [`hold`] — a publish that meets a fence (or a new owner still taking over) waits up
 //!   to `shard_move_hold_ms`, then goes to whoever leads.
 //! * [`admin`] — `Request::Cluster`: broker list, drain, undrain, move, move list.
+//! * [`brokers`] — the broker list with each broker's hot bytes; removing a broker.
+//! * [`force`] — a Leader stream's shard forced onto a follower when its leader is dead.
 //! * [`metrics`] — moves in progress, records to catch up, hold time.
 //! * [`shard_logs`] — the shard's other logs (the group journal) a move must carry too.
 
 pub(crate) mod admin;
+pub(crate) mod brokers;
+pub(crate) mod force;
 pub(crate) mod handover;
 pub(crate) mod hold;
 pub mod metrics;

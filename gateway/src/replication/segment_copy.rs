@@ -68,8 +68,15 @@ pub(crate) async fn copy_range(
             max_bytes: COPY_BYTES,
         };
         let bytes = peers
-            .call(addr, "/repl/segment", &req, Duration::from_secs(30))
-            .await?;
+            .call(
+                addr,
+                "/repl/segment",
+                &req,
+                Duration::from_secs(30),
+                FetchError::Failed,
+            )
+            .await?
+            .body;
         let next = last_offset_after(&bytes).ok_or_else(|| {
             FetchError::Failed(format!("{addr} answered no whole batch from offset {pos}"))
         })?;

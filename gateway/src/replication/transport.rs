@@ -15,6 +15,7 @@ use bytes::Bytes;
 use felix_meta::model::ShardKey;
 use felix_meta::network::PeerSigner;
 use http_body_util::{BodyExt, Full};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 /// A follower's fetch: the batches from `from` on, waiting up to `wait_ms` for some.
@@ -78,7 +79,7 @@ impl PeerClient {
 
     /// A POST of `body` to `path` at `addr` with `headers`, signed if the network is
     /// authenticated (the signature covers the `x-felix-*` headers among them).
-    pub(crate) fn post(
+    fn post(
         &self,
         addr: &str,
         path: &str,
@@ -95,62 +96,111 @@ impl PeerClient {
         request.body(Full::new(body))
     }
 
-    /// Sends `request` on the pooled connections.
-    pub(crate) fn request(
+    /// POSTs `body` to `path` at `addr` and reads the whole answer, whatever its status.
+    /// `timeout` bounds the wait for the answer's head and, again, for its body.
+    ///
+    /// The failure says whether anything can have reached the peer: forwarding callers
+    /// turn [`PeerFailure::Unsent`] into a retryable refusal and [`PeerFailure::Unknown`]
+    /// into "its outcome is unknown".
+    pub(crate) async fn send(
         &self,
-        request: hyper::Request<Full<Bytes>>,
-    ) -> hyper_util::client::legacy::ResponseFuture {
-        self.http.request(request)
+        addr: &str,
+        path: &str,
+        headers: hyper::HeaderMap,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<PeerAnswer, PeerFailure> {
+        if felix_meta::faults::isolated() {
+            return Err(PeerFailure::Unsent(
+                "this broker is cut off the network (fault injection)".into(),
+            ));
+        }
+        let request = self
+            .post(addr, path, headers, body)
+            .map_err(|e| PeerFailure::Unsent(format!("{addr}{path}: {e}")))?;
+        let response = match tokio::time::timeout(timeout, self.http.request(request)).await {
+            Err(_) => {
+                return Err(PeerFailure::Unknown(format!(
+                    "no answer from {addr} within {timeout:?}"
+                )));
+            }
+            Ok(Err(e)) if e.is_connect() => {
+                return Err(PeerFailure::Unsent(format!("{addr}: {e}")));
+            }
+            Ok(Err(e)) => return Err(PeerFailure::Unknown(format!("{addr}: {e}"))),
+            Ok(Ok(r)) => r,
+        };
+        let (parts, body) = response.into_parts();
+        let body = tokio::time::timeout(timeout, body.collect())
+            .await
+            .map_err(|_| PeerFailure::Unknown(format!("{addr}: the answer's body timed out")))?
+            .map_err(|e| PeerFailure::Unknown(format!("{addr}: {e}")))?
+            .to_bytes();
+        Ok(PeerAnswer {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
     }
 
     pub async fn fetch(&self, addr: &str, req: &FetchRequest) -> Result<Bytes, FetchError> {
         let timeout = Duration::from_millis(req.wait_ms) + Duration::from_secs(5);
-        self.call(addr, "/repl/fetch", req, timeout).await
+        Ok(self
+            .call(addr, "/repl/fetch", req, timeout, FetchError::Failed)
+            .await?
+            .body)
     }
 
-    /// POSTs `req` as JSON to `path` at `addr`: the body of a 200 answer, or the peer's
-    /// [`FetchError`].
-    pub(crate) async fn call(
+    /// POSTs `req` as JSON to `path` at `addr`: a 200 answer, or the peer's refusal `E`
+    /// (the JSON body of any other status), or `failed` with why no refusal could be read.
+    pub(crate) async fn call<E: DeserializeOwned>(
         &self,
         addr: &str,
         path: &str,
         req: &impl Serialize,
         timeout: Duration,
-    ) -> Result<Bytes, FetchError> {
-        if felix_meta::faults::isolated() {
-            return Err(FetchError::Failed(
-                "this node is cut off the network (fault injection)".into(),
-            ));
-        }
-        let body = serde_json::to_vec(req).map_err(|e| FetchError::Failed(e.to_string()))?;
+        failed: fn(String) -> E,
+    ) -> Result<PeerAnswer, E> {
+        let body = serde_json::to_vec(req).map_err(|e| failed(e.to_string()))?;
         let mut headers = hyper::HeaderMap::new();
         headers.insert(
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static("application/json"),
         );
-        let request = self
-            .post(addr, path, headers, Bytes::from(body))
-            .map_err(|e| FetchError::Failed(e.to_string()))?;
-        let response = tokio::time::timeout(timeout, self.http.request(request))
+        let answer = self
+            .send(addr, path, headers, Bytes::from(body), timeout)
             .await
-            .map_err(|_| FetchError::Failed(format!("no answer from {addr} within {timeout:?}")))?
-            .map_err(|e| FetchError::Failed(format!("{addr}: {e}")))?;
-        let status = response.status();
-        let bytes = tokio::time::timeout(timeout, response.into_body().collect())
-            .await
-            .map_err(|_| FetchError::Failed(format!("{addr}: body timed out")))?
-            .map_err(|e| FetchError::Failed(format!("{addr}: {e}")))?
-            .to_bytes();
-        if status.is_success() {
-            return Ok(bytes);
+            .map_err(|f| failed(f.to_string()))?;
+        if answer.status.is_success() {
+            return Ok(answer);
         }
         Err(
-            serde_json::from_slice::<FetchError>(&bytes).unwrap_or_else(|_| {
-                FetchError::Failed(format!(
-                    "{addr} answered {status}: {}",
-                    String::from_utf8_lossy(&bytes)
+            serde_json::from_slice::<E>(&answer.body).unwrap_or_else(|_| {
+                failed(format!(
+                    "{addr} answered {}: {}",
+                    answer.status,
+                    String::from_utf8_lossy(&answer.body)
                 ))
             }),
         )
     }
+}
+
+/// A peer's whole answer.
+pub(crate) struct PeerAnswer {
+    pub status: StatusCode,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+}
+
+/// Why a POST to a peer brought no answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PeerFailure {
+    /// Nothing reached the peer: this broker is cut off, or no connection could be made.
+    #[error("{0}")]
+    Unsent(String),
+    /// The request may have reached the peer, but no whole answer came back: what it
+    /// asked for may or may not have happened.
+    #[error("{0}")]
+    Unknown(String),
 }

@@ -461,6 +461,16 @@ async fn the_same_fault_on_a_leader_and_a_quorum_stream() {
         l.iter().map(|(_, p)| p.clone()).collect::<Vec<_>>(),
         expected
     );
+
+    // Unless an operator accepts the loss: `shard move --force`.
+    super::broker_ops::a_dead_leaders_shard_is_forced_onto_a_follower(
+        &mut cluster,
+        &client,
+        ("leader-stream", &quorum),
+        x,
+        expected,
+    )
+    .await;
 }
 
 /// The next offset a broker's own copy of shard 0 holds (its local log), or 0 while it

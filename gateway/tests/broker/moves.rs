@@ -16,7 +16,8 @@
 //! 7. A consumer group's acknowledged progress moves with its shard.
 //!
 //! Afterwards every acknowledged record is read back at its offset, none twice, and each
-//! subscriber saw every offset exactly once.
+//! subscriber saw every offset exactly once. Last, a broker is drained, stopped and removed
+//! (`broker_ops.rs`); every broker runs in one zone, which the broker list shows.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -202,8 +203,15 @@ async fn moves_settle(conn: &Connection, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shard_moves_and_drains_hold_publishes_and_lose_nothing() {
     // Five brokers: the control plane keeps its majority with two of them killed.
-    let mut cluster =
-        Cluster::start_with(5, 1500, &[("FELIX_REPLICA_REPLACE_AFTER_MS", "3000")]).await;
+    let mut cluster = Cluster::start_with(
+        5,
+        1500,
+        &[
+            ("FELIX_REPLICA_REPLACE_AFTER_MS", "3000"),
+            ("FELIX_ZONE", super::broker_ops::ZONE),
+        ],
+    )
+    .await;
     let client = cluster.client(Duration::from_secs(30)).await;
     create_stream(&client, QUORUM, "quorum", StreamConfig::default()).await;
     create_stream(&client, LEADER, "leader", StreamConfig::default()).await;
@@ -603,4 +611,7 @@ async fn shard_moves_and_drains_hold_publishes_and_lose_nothing() {
             seen.len()
         );
     }
+
+    // 8. Scaling in: a broker drained, stopped and removed for good.
+    super::broker_ops::a_drained_and_stopped_broker_is_removed(&mut cluster, 5).await;
 }

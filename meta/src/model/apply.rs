@@ -189,6 +189,13 @@ impl MetaState {
                 b.alive = *alive;
                 Ok(Applied::Done)
             }
+            Command::RemoveBroker { id } => self.remove_broker(*id),
+            Command::ForceLeader {
+                shard,
+                generation,
+                to,
+                end,
+            } => self.force_leader(shard, *generation, *to, *end),
             Command::SetPlacement {
                 shard,
                 replicas,

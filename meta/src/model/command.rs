@@ -66,6 +66,11 @@ pub enum Command {
         id: u64,
         alive: bool,
     },
+    /// Forgets a broker (`felixctl broker remove`): refused while it is recorded alive or any
+    /// placement names it, so nothing it holds is forgotten with it.
+    RemoveBroker {
+        id: u64,
+    },
     /// Sets a shard's replica set and leader; a leader change bumps the generation and
     /// starts an epoch at the shard's quorum mark. On a quorum stream with acknowledged
     /// records, the new leader must be one of the in-sync replicas.
@@ -217,6 +222,15 @@ pub enum Command {
     /// The moving leader's hand-over at its fence: `to` leads generation `generation + 1`,
     /// which starts at `end` (the fenced leader's whole log, which `to` holds).
     HandOver {
+        shard: ShardKey,
+        generation: u64,
+        to: u64,
+        end: u64,
+    },
+    /// Makes follower `to` lead a Leader stream's shard whose leader is dead, from the end
+    /// of its own log (`end`), accepting the loss of what the old leader acknowledged past
+    /// it (`felixctl shard move --force`; `force.rs`). `generation` must be current.
+    ForceLeader {
         shard: ShardKey,
         generation: u64,
         to: u64,

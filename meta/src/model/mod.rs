@@ -21,10 +21,14 @@
 //! * `manifest.rs` — a shard's segment manifest: no gap, no overlap.
 //! * `moves.rs` — shard moves: a replica added, leadership handed over at a fence, the old
 //!   replica removed; draining brokers.
+//! * `force.rs` — a Leader stream's shard forced onto a follower's copy when its leader is
+//!   dead, the loss accepted by an operator.
 //! * `auth.rs` — signing keys, roles, bindings, revocations and the bootstrap token
 //!   (the state itself and the token logic are in [`crate::auth`]).
 //! * `groups.rs` — consumer groups: which exist and their settings (not their progress);
 //!   `apply_groups.rs` applies their commands.
+//! * `zones.rs` — failure domains: replicas of a shard in distinct zones where there are
+//!   enough.
 //! * [`shard_map`] — the serde form of maps keyed by a shard.
 
 mod apply;
@@ -33,6 +37,7 @@ mod auth;
 mod command;
 mod epochs;
 mod errors;
+mod force;
 mod groups;
 mod manifest;
 mod moves;
@@ -41,6 +46,7 @@ mod placement;
 mod settings;
 pub mod shard_map;
 mod state;
+mod zones;
 
 pub use command::{Applied, Command};
 pub use errors::CommandError;
@@ -54,3 +60,4 @@ pub use state::{
     Broker, EpochStart, MetaState, Placement, Replication, SegmentEntry, ShardMove, Stream,
     TierState,
 };
+pub use zones::{MAX_ZONE_LEN, check_zone};

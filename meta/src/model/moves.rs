@@ -52,6 +52,39 @@ impl MetaState {
         }
     }
 
+    /// Forgets broker `id` if it is stopped and holds nothing (see [`Command::RemoveBroker`]).
+    pub(super) fn remove_broker(&mut self, id: u64) -> Result<Applied, CommandError> {
+        let b = self
+            .brokers
+            .get(&id)
+            .ok_or_else(|| missing("broker", id.to_string()))?;
+        if b.alive {
+            return invalid(format!(
+                "broker {id} is alive: drain it, stop it, then remove it"
+            ));
+        }
+        let held: Vec<String> = self
+            .placements
+            .iter()
+            .filter(|(_, p)| {
+                p.replicas.contains(&id)
+                    || p.leader == Some(id)
+                    || p.moving.is_some_and(|m| m.from == id || m.to == id)
+            })
+            .map(|(k, _)| k.to_string())
+            .take(5)
+            .collect();
+        if !held.is_empty() {
+            return invalid(format!(
+                "broker {id} still holds replicas (e.g. {}): drain it first, or wait for the \
+                 controller to replace them",
+                held.join(", ")
+            ));
+        }
+        self.brokers.remove(&id);
+        Ok(Applied::Done)
+    }
+
     fn placement_of(&self, shard: &ShardKey) -> Result<&Placement, CommandError> {
         self.require_shard(shard)?;
         self.placements

@@ -2,9 +2,9 @@
 //!
 //! Decides the replica set and first leader of a shard when its stream is created or grows
 //! ([`MetaState::spread`]), and how many brokers a shard is placed on. The invariant: the
-//! choice depends only on the replicated state (the live brokers, by id) and a fixed hash of
-//! the shard's name, so every node computes the same placement and a stream's shards spread
-//! their leaders over the brokers. Moving a shard later (failover) is the controller's job.
+//! choice depends only on the replicated state (the live brokers, by id, and their zones:
+//! `zones.rs`) and a fixed hash of the shard's name, so every node computes the same
+//! placement and a stream's shards spread their leaders over the brokers. Moving a shard later (failover) is the controller's job.
 
 use super::names::{ShardKey, stream_key};
 use super::settings::{Durability, StreamSettings};
@@ -37,20 +37,32 @@ impl MetaState {
     /// the shard number, so a stream's shards spread their leaders over the brokers and
     /// every node computes the same answer. The first is the leader. Empty if `alive` is.
     pub fn spread(shard: &ShardKey, replicas: u32, alive: &[u64]) -> Vec<u64> {
-        let n = alive.len();
-        if n == 0 {
-            return Vec::new();
-        }
+        let ring = Self::ring(shard, alive);
+        ring.into_iter().take(replicas as usize).collect()
+    }
+
+    /// [`MetaState::spread`] with the brokers' zones: the same first broker (the leader),
+    /// then the next ones around the ring whose zones are not taken yet, then the rest.
+    /// Without zones, the same answer as `spread`.
+    pub fn spread_in_zones(&self, shard: &ShardKey, replicas: u32, alive: &[u64]) -> Vec<u64> {
+        self.pick_in_zones(&Self::ring(shard, alive), replicas as usize)
+    }
+
+    /// `alive` sorted by id and rotated to start at a stable hash of the stream plus the
+    /// shard number.
+    fn ring(shard: &ShardKey, alive: &[u64]) -> Vec<u64> {
         let mut sorted = alive.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
         let n = sorted.len();
+        if n == 0 {
+            return sorted;
+        }
         let key = stream_key(&shard.tenant, &shard.namespace, &shard.stream);
         let start =
             (fnv1a(key.as_bytes()).wrapping_add(u64::from(shard.shard)) % n as u64) as usize;
-        (0..(replicas as usize).min(n))
-            .map(|i| sorted[(start + i) % n])
-            .collect()
+        sorted.rotate_left(start);
+        sorted
     }
 
     /// The brokers recorded alive, by id.
@@ -100,7 +112,7 @@ impl MetaState {
                 stream: name.to_owned(),
                 shard,
             };
-            let chosen = Self::spread(&key, replicas, &alive);
+            let chosen = self.spread_in_zones(&key, replicas, &alive);
             self.placements.insert(
                 key,
                 Placement {

@@ -8,7 +8,7 @@ use felix_meta::model::{
     Broker, Command, CommandError, Consistency, MetaState, ShardKey, ShardMove, StreamSettings,
 };
 
-fn state(brokers: &[u64]) -> MetaState {
+pub(super) fn state(brokers: &[u64]) -> MetaState {
     let mut s = MetaState::default();
     ok(&mut s, Command::CreateTenant { name: "t".into() });
     ok(
@@ -37,12 +37,12 @@ fn state(brokers: &[u64]) -> MetaState {
     s
 }
 
-fn ok(s: &mut MetaState, cmd: Command) {
+pub(super) fn ok(s: &mut MetaState, cmd: Command) {
     s.apply(&cmd)
         .unwrap_or_else(|e| panic!("{cmd:?} refused: {e}"));
 }
 
-fn create(s: &mut MetaState, name: &str, consistency: Consistency, shards: u32) {
+pub(super) fn create(s: &mut MetaState, name: &str, consistency: Consistency, shards: u32) {
     ok(
         s,
         Command::CreateStream {
@@ -59,7 +59,7 @@ fn create(s: &mut MetaState, name: &str, consistency: Consistency, shards: u32) 
     );
 }
 
-fn key(stream: &str, shard: u32) -> ShardKey {
+pub(super) fn key(stream: &str, shard: u32) -> ShardKey {
     ShardKey {
         tenant: "t".into(),
         namespace: "n".into(),
@@ -338,7 +338,7 @@ fn a_dead_brokers_followers_are_replaced_and_a_catching_up_replica_is_not_a_vote
 }
 
 /// Carries a move through to its end, as the shard's leader would.
-fn complete(s: &mut MetaState, shard: &ShardKey, from: u64, to: u64) {
+pub(super) fn complete(s: &mut MetaState, shard: &ShardKey, from: u64, to: u64) {
     ok(
         s,
         Command::StartMove {

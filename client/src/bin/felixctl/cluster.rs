@@ -20,7 +20,8 @@ pub(crate) enum ListOutput {
 
 #[derive(Subcommand, Debug)]
 pub(crate) enum BrokerCommand {
-    /// Every registered broker: addresses, zone, alive, draining, shards led and held.
+    /// Every registered broker: addresses, zone, alive, draining, shards led and held, and
+    /// the bytes of its local logs (blank when it did not answer).
     List {
         #[arg(long, value_enum, default_value_t = ListOutput::Text)]
         output: ListOutput,
@@ -38,6 +39,11 @@ pub(crate) enum BrokerCommand {
     },
     /// Lets broker ID take shards again.
     Undrain { id: u64 },
+    /// Forgets broker ID for good: takes it out of the broker list and the control plane's
+    /// members. Refused while it is alive or holds a replica: drain it, stop it, then
+    /// remove it (a dead broker's replicas are replaced by the controller after
+    /// replica_replace_after_ms).
+    Remove { id: u64 },
 }
 
 #[derive(Subcommand, Debug)]
@@ -153,14 +159,23 @@ pub(crate) async fn cluster_command(
 pub(crate) enum ShardCommand {
     /// Moves a shard's replica to broker --to: the leader's (so leadership moves), or the
     /// one on broker --replace. Waits until the move is done.
+    ///
+    /// With --force, for a Leader stream's shard whose leader is dead: broker --to (one of
+    /// its followers) leads from the end of its own copy at once, and whatever the dead
+    /// leader acknowledged past that is lost (printed as a warning). Without it such a
+    /// shard waits for its leader to return, as nothing else surely holds every record it
+    /// acknowledged.
     Move {
         #[arg(value_name = "TENANT/NS/STREAM", value_parser = stream_path)]
         path: StreamPath,
         shard: u32,
         #[arg(long)]
         to: u64,
-        #[arg(long)]
+        #[arg(long, conflicts_with = "force")]
         replace: Option<u64>,
+        /// Accept losing what a dead leader acknowledged past --to's copy.
+        #[arg(long)]
+        force: bool,
         #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
         wait: Duration,
     },
@@ -171,6 +186,14 @@ pub(crate) async fn broker_command(client: &Connection, cmd: BrokerCommand) -> a
         BrokerCommand::List { output } => {
             let brokers = client.list_brokers().await.context("listing brokers")?;
             print_brokers(&brokers, output)?;
+            Ok(0)
+        }
+        BrokerCommand::Remove { id } => {
+            client
+                .remove_broker(id)
+                .await
+                .with_context(|| format!("removing broker {id}"))?;
+            println!("broker {id} removed");
             Ok(0)
         }
         BrokerCommand::Undrain { id } => {
@@ -216,8 +239,24 @@ pub(crate) async fn shard_command(client: &Connection, cmd: ShardCommand) -> any
         shard,
         to,
         replace,
+        force,
         wait,
     } = cmd;
+    if force {
+        let (generation, start, old) = client
+            .force_shard_leader(&t, &ns, &s, shard, to)
+            .await
+            .with_context(|| format!("forcing {t}/{ns}/{s} shard {shard} onto broker {to}"))?;
+        let old = old.map_or("the dead leader".to_owned(), |o| format!("broker {o}"));
+        eprintln!(
+            "WARNING: records {old} acknowledged at or after offset {start} of {t}/{ns}/{s} \
+             shard {shard} are lost; they are cut from its copy if it returns"
+        );
+        println!(
+            "broker {to} leads {t}/{ns}/{s} shard {shard} from offset {start} (generation {generation})"
+        );
+        return Ok(0);
+    }
     client
         .move_shard(&t, &ns, &s, shard, to, replace)
         .await
@@ -272,12 +311,20 @@ fn print_brokers(brokers: &[BrokerInfo], output: ListOutput) -> anyhow::Result<(
         ListOutput::Json => println!("{}", serde_json::to_string(brokers)?),
         ListOutput::Text => {
             println!(
-                "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8}",
-                "id", "quic_addr", "kafka_addr", "zone", "alive", "draining", "leaders", "replicas"
+                "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8} {:>10}",
+                "id",
+                "quic_addr",
+                "kafka_addr",
+                "zone",
+                "alive",
+                "draining",
+                "leaders",
+                "replicas",
+                "hot_bytes"
             );
             for b in brokers {
                 println!(
-                    "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8}",
+                    "{:>4}  {:<22} {:<22} {:<10} {:<6} {:<9} {:>7} {:>8} {:>10}",
                     b.id,
                     b.quic_addr,
                     b.kafka_addr.as_deref().unwrap_or("-"),
@@ -285,7 +332,8 @@ fn print_brokers(brokers: &[BrokerInfo], output: ListOutput) -> anyhow::Result<(
                     b.alive,
                     b.draining,
                     b.leaders,
-                    b.replicas
+                    b.replicas,
+                    b.hot_bytes.map_or("-".to_owned(), |n| n.to_string())
                 );
             }
         }

@@ -1,0 +1,221 @@
+//! Operating a cluster's brokers (docs/shard-moves.md, docs/operations.md "Scaling out (and
+//! in)"): the broker list's zones and hot bytes, removing a broker for good, and forcing a
+//! dead leader's shard onto a follower. Steps of other cluster tests, on their brokers.
+
+use std::time::Duration;
+
+use felix_client::{ClusterClient, Message};
+use serde_json::Value;
+
+use super::cluster::{Cluster, local_next_offset, read_all};
+use super::common::PATIENCE;
+use super::felixctl::{run, run_status_in};
+
+/// The zone every broker of the moves test is started in (`FELIX_ZONE`).
+pub(super) const ZONE: &str = "az-1";
+
+async fn broker_list(cluster: &Cluster, via: usize) -> Vec<Value> {
+    let out = run(
+        &cluster.brokers[via],
+        &["broker", "list", "--output", "json"],
+        b"",
+    )
+    .await;
+    serde_json::from_str(&out.stdout).expect("broker list json")
+}
+
+/// Broker `gone` is drained, refused removal while alive, stopped, removed: the list and
+/// the control plane's members no longer name it, and the others keep working.
+pub(super) async fn a_drained_and_stopped_broker_is_removed(cluster: &mut Cluster, gone: u64) {
+    // The list: every broker's zone, and each live broker's hot bytes as it reports them.
+    let brokers = broker_list(cluster, 0).await;
+    assert_eq!(brokers.len(), cluster.brokers.len(), "{brokers:?}");
+    for b in &brokers {
+        assert_eq!(b["zone"], ZONE, "registered with its zone: {b}");
+        if b["alive"] == true {
+            assert!(
+                b["hot_bytes"].is_u64(),
+                "a live broker reports hot bytes: {b}"
+            );
+        }
+    }
+    let total: u64 = brokers.iter().filter_map(|b| b["hot_bytes"].as_u64()).sum();
+    assert!(
+        total > 0,
+        "the streams' logs take bytes somewhere: {brokers:?}"
+    );
+
+    let via = if gone == 1 { 1 } else { 0 };
+    let id = gone.to_string();
+    let cwd = std::env::temp_dir();
+    // Alive: refused, and nothing changes.
+    let (ok, stderr) =
+        run_status_in(&cluster.brokers[via], &cwd, &["broker", "remove", &id], b"").await;
+    assert!(!ok, "removing a live broker is refused");
+    assert!(stderr.contains("is alive"), "{stderr}");
+    run(&cluster.brokers[via], &["broker", "drain", &id], b"").await;
+    let deadline = tokio::time::Instant::now() + 2 * PATIENCE;
+    loop {
+        let brokers = broker_list(cluster, via).await;
+        let b = brokers
+            .iter()
+            .find(|b| b["id"] == gone)
+            .expect("still listed");
+        if b["replicas"] == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker {gone} still holds replicas: {b}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    cluster.node(gone).kill();
+    // Removed once the control plane has seen it dead (its lease lapses first).
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let (ok, stderr) =
+            run_status_in(&cluster.brokers[via], &cwd, &["broker", "remove", &id], b"").await;
+        if ok {
+            break;
+        }
+        assert!(
+            stderr.contains("is alive") && tokio::time::Instant::now() < deadline,
+            "broker remove {gone}: {stderr}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let brokers = broker_list(cluster, via).await;
+    assert!(
+        brokers.iter().all(|b| b["id"] != gone),
+        "broker {gone} is gone from the list: {brokers:?}"
+    );
+    // Members are [id, address] pairs.
+    let status = meta_status(cluster, via).await;
+    let members = status["members"].as_array().cloned().unwrap_or_default();
+    assert!(!members.is_empty(), "{status}");
+    assert!(
+        members.iter().all(|m| m[0] != gone),
+        "broker {gone} is no longer a control-plane member: {members:?}"
+    );
+    // Asking again names what is missing.
+    let (ok, stderr) =
+        run_status_in(&cluster.brokers[via], &cwd, &["broker", "remove", &id], b"").await;
+    assert!(!ok && stderr.contains("no broker"), "{stderr}");
+}
+
+/// `GET /meta/status` of broker `via`'s control plane.
+async fn meta_status(cluster: &Cluster, via: usize) -> Value {
+    let addr = cluster.brokers[via].internal_addr();
+    let (code, body) = super::common::http_get(addr, "/meta/status")
+        .await
+        .expect("meta status");
+    assert_eq!(code, 200, "{body}");
+    serde_json::from_str(&body).expect("status json")
+}
+
+/// `felixctl shard move --force`: the Leader stream `stream` (shard 0, led by broker `x`,
+/// `end` records published as `expected`) loses its leader; an operator forces a follower
+/// holding every record to lead, publishes go on from its copy's end, and the old leader
+/// comes back as a follower of that history. A step of
+/// `broker::cluster::the_same_fault_on_a_leader_and_a_quorum_stream`.
+pub(super) async fn a_dead_leaders_shard_is_forced_onto_a_follower(
+    cluster: &mut Cluster,
+    client: &ClusterClient,
+    (stream, quorum): (&str, &str),
+    x: u64,
+    mut expected: Vec<String>,
+) {
+    let route = client.topology("t", "ns", stream).await.expect("topology");
+    let route = route.shard(0).expect("shard 0").clone();
+    assert_eq!(route.leader, Some(x));
+    let f = *route
+        .replicas
+        .iter()
+        .find(|r| **r != x)
+        .expect("a follower");
+    let end = expected.len() as u64;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while local_next_offset(&cluster.brokers[f as usize - 1], stream).await < end {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker {f} did not copy {end} records"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let via = (if x == 1 { 2 } else { 1 }) as usize - 1;
+    let cwd = std::env::temp_dir();
+    let path = format!("t/ns/{stream}");
+    let to = f.to_string();
+    let force = [
+        "shard",
+        "move",
+        path.as_str(),
+        "0",
+        "--to",
+        to.as_str(),
+        "--force",
+    ];
+    // Refused while the leader lives, and for a Quorum stream at any time.
+    let (ok, stderr) = run_status_in(&cluster.brokers[via], &cwd, &force, b"").await;
+    assert!(!ok && stderr.contains("is alive"), "{stderr}");
+    let quorum_path = format!("t/ns/{quorum}");
+    let q_route = client.topology("t", "ns", quorum).await.expect("topology");
+    let q_to = q_route.shard(0).expect("shard 0").replicas[0].to_string();
+    let (ok, stderr) = run_status_in(
+        &cluster.brokers[via],
+        &cwd,
+        &["shard", "move", &quorum_path, "0", "--to", &q_to, "--force"],
+        b"",
+    )
+    .await;
+    assert!(!ok && stderr.contains("Quorum"), "{stderr}");
+
+    cluster.node(x).kill();
+    // Forced once the control plane has seen the leader dead.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let out = loop {
+        let (ok, stderr) = run_status_in(&cluster.brokers[via], &cwd, &force, b"").await;
+        if ok {
+            break stderr;
+        }
+        assert!(
+            stderr.contains("is alive") && tokio::time::Instant::now() < deadline,
+            "shard move --force: {stderr}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(
+        out.contains("WARNING") && out.contains(&format!("offset {end}")),
+        "names what may be lost: {out}"
+    );
+    let now = client.topology("t", "ns", stream).await.expect("topology");
+    assert_eq!(now.shard(0).and_then(|r| r.leader), Some(f));
+
+    // Publishes go on from the follower's copy; nothing it held is lost.
+    for i in 0..10 {
+        let m = format!("forced-{i}");
+        client
+            .publish_to_shard("t", "ns", stream, 0, &[Message::new(m.clone())])
+            .await
+            .expect("a publish after the forced move");
+        expected.push(m);
+    }
+    let all = expected.len() as u64;
+    let read = read_all(client, stream, all).await;
+    assert_eq!(
+        read.into_iter().map(|(_, p)| p).collect::<Vec<_>>(),
+        expected
+    );
+
+    // The old leader returns as a follower of the forced history.
+    cluster.node(x).restart().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while local_next_offset(&cluster.brokers[x as usize - 1], stream).await < all {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker {x} did not follow the forced leader"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
