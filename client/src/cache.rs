@@ -565,7 +565,10 @@ impl Connection {
 /// wait): the owner changed, the shard is between owners, or the connection was lost.
 pub(crate) fn reopenable(e: &ClientError) -> bool {
     match e {
-        ClientError::Broker(b) => matches!(b.code, codes::NOT_LEADER | codes::SHARD_UNAVAILABLE),
+        ClientError::Broker(b) => matches!(
+            b.code,
+            codes::NOT_LEADER | codes::SHARD_UNAVAILABLE | codes::SHARD_MOVED
+        ),
         ClientError::Connect(_) | ClientError::Transport(_) | ClientError::Timeout => true,
         _ => false,
     }

@@ -84,11 +84,14 @@ impl ClientError {
     }
 
     /// Whether the outcome of the request is unknown (it may or may not have been applied):
-    /// the connection was lost, the request timed out, or a quorum could not vouch for it.
+    /// the connection was lost, the request timed out, or a quorum (or the leader, past its
+    /// lease) could not vouch for it.
     pub fn outcome_unknown(&self) -> bool {
         match self {
             ClientError::Transport(_) | ClientError::Timeout => true,
-            ClientError::Broker(body) => body.code == codes::QUORUM_TIMEOUT,
+            ClientError::Broker(body) => {
+                matches!(body.code, codes::QUORUM_TIMEOUT | codes::LEADERSHIP_LOST)
+            }
             _ => false,
         }
     }

@@ -253,8 +253,9 @@ impl Broker {
         {
             let mut producers = shard.producers.lock().await;
             // Checked under the lock the hand-over takes after raising the fence: an append
-            // either finished before the fence's end was read or does not happen here.
-            if shard.repl.as_ref().is_some_and(|r| r.moves.fenced()) {
+            // either finished before the fence's end was read or does not happen here (nor
+            // once the shard is led elsewhere, whatever was checked before the lock).
+            if !hold::may_append(shard) {
                 return Err(hold::fenced_at_append(shard));
             }
             for batch in batches {
@@ -311,6 +312,8 @@ impl Broker {
             crate::enqueue_ack::settle(tickets, lease, margin, acked, &self.node.metrics).await?;
         }
         if shard.repl.is_some() && ack != AckMode::None {
+            // Fault injection only: a test holds the answer here, after the write.
+            felix_meta::faults::wait_while_answers_held().await;
             self.await_replicated(shard, last, quorum).await?;
         }
         Ok((first, last))
@@ -350,16 +353,7 @@ impl Broker {
         if self.node.lease.holds() {
             Ok(())
         } else {
-            Err(err(
-                codes::SHARD_UNAVAILABLE,
-                "fenced",
-                format!(
-                    "shard {}: the write landed on this broker but its lease lapsed, so it \
-                     cannot vouch for it",
-                    shard.key
-                ),
-            )
-            .retry_after(500))
+            Err(unvouched(&shard.key))
         }
     }
 
@@ -378,4 +372,23 @@ impl Broker {
             )),
         }
     }
+}
+
+/// The answer to a write that landed here while this broker led the shard, when its lease
+/// lapsed before the answer: it cannot vouch for the write (another broker may lead by
+/// now), yet the write is in its log and stays there if it leads again. So the outcome is
+/// unknown, not refused: a retryable refusal here would have a client re-send a write that
+/// is already stored, and store it twice (issue 25). An idempotent producer's re-send lands
+/// once.
+pub(crate) fn unvouched(key: &ShardKey) -> ErrorBody {
+    err(
+        codes::LEADERSHIP_LOST,
+        "leadership_lost",
+        format!(
+            "shard {key}: the write landed on this broker but its lease lapsed before it \
+             could answer, so it cannot vouch for it; the outcome is unknown (re-send through \
+             an idempotent producer to land it once)"
+        ),
+    )
+    .retry_after(500)
 }

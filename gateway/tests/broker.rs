@@ -39,6 +39,7 @@ mod broker {
     mod kafka_share;
     mod leases;
     mod limits;
+    mod move_holds;
     mod moves;
     mod oidc;
     mod ordering;

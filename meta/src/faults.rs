@@ -11,7 +11,9 @@
 //!
 //! Stalled writes hold every leader write of the node's shard logs just before it is written
 //! (after it was accepted), as a slow or hung disk would: what a write that outlasts the
-//! lease looks like.
+//! lease looks like. Held answers wait after a leader's write and before its answer is
+//! settled: what a pause between the two looks like. Held hand-overs wait with their fence
+//! up: what a slow control plane looks like to a shard move.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -50,4 +52,67 @@ pub fn wait_while_writes_stalled() {
     let _held = WRITES_RESUMED
         .wait_while(stalled, |s| *s)
         .unwrap_or_else(|e| e.into_inner());
+}
+
+/// A switch async callers wait on while it is on. Read first, so a caller that is not
+/// held takes no lock.
+struct Hold {
+    on: AtomicBool,
+    changes: std::sync::OnceLock<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Hold {
+    const fn new() -> Hold {
+        Hold {
+            on: AtomicBool::new(false),
+            changes: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn changes(&self) -> &tokio::sync::watch::Sender<bool> {
+        self.changes
+            .get_or_init(|| tokio::sync::watch::channel(false).0)
+    }
+
+    fn set(&self, on: bool) {
+        self.changes().send_replace(on);
+        self.on.store(on, Ordering::Release);
+    }
+
+    async fn wait(&self) {
+        if !self.on.load(Ordering::Acquire) {
+            return;
+        }
+        let mut on = self.changes().subscribe();
+        let _ = on.wait_for(|h| !*h).await;
+    }
+}
+
+static ANSWERS: Hold = Hold::new();
+static HANDOVERS: Hold = Hold::new();
+
+/// Holds this node's answers to publishes it wrote as leader (`true`), after the write and
+/// before the answer is settled, or lets them go on (`false`): what a pause between a write
+/// and its answer looks like (a test lets the lease lapse meanwhile).
+pub fn set_answers_held(held: bool) {
+    ANSWERS.set(held);
+    tracing::warn!(held, "fault injection: publish answers held changed");
+}
+
+/// Waits while answers are held (see [`set_answers_held`]).
+pub async fn wait_while_answers_held() {
+    ANSWERS.wait().await
+}
+
+/// Holds this node's shard hand-overs after their fence went up and before they are
+/// proposed (`true`), or lets them go on (`false`): what a control plane too slow for the
+/// hold looks like.
+pub fn set_handovers_held(held: bool) {
+    HANDOVERS.set(held);
+    tracing::warn!(held, "fault injection: shard hand-overs held changed");
+}
+
+/// Waits while hand-overs are held (see [`set_handovers_held`]).
+pub async fn wait_while_handovers_held() {
+    HANDOVERS.wait().await
 }

@@ -666,7 +666,8 @@ pub mod codes {
     pub const VALUE_TOO_LARGE: u16 = 45;
     /// No cache of that name in the namespace (reason `unknown_cache`).
     pub const UNKNOWN_CACHE: u16 = 46;
-    /// A cache write's owner lost the shard before a majority held the write (reason
+    /// A write's owner lost the shard before a majority held the write, or a leader's
+    /// lease lapsed after its write landed and before it could answer (reason
     /// `leadership_lost`): its outcome is unknown, not failed.
     pub const LEADERSHIP_LOST: u16 = 47;
     /// `counter_add` or `counter_get` on a key whose value is not a decimal integer, or an

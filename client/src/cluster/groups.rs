@@ -291,16 +291,29 @@ impl Client {
             if found.contains_key(&shard) {
                 continue;
             }
-            let (response, _) = self
-                .on_shard_leader(&key, shard, &request, Duration::ZERO, true)
-                .await?;
-            let Response::Group(GroupResponse::Group { group }) = response else {
-                return Err(unexpected(&response));
-            };
-            for s in &group.shards {
-                found.insert(s.shard, s.clone());
+            // A broker describes only the shards it leads: an answer without `shard` came by
+            // a stale route (the shard just moved), so the routes are loaded again and the
+            // shard asked again, until the request timeout; then what was found is returned.
+            let deadline = self.budget();
+            let mut backoff = Backoff::new();
+            loop {
+                let (response, _) = self
+                    .on_shard_leader(&key, shard, &request, Duration::ZERO, true)
+                    .await?;
+                let Response::Group(GroupResponse::Group { group }) = response else {
+                    return Err(unexpected(&response));
+                };
+                for s in &group.shards {
+                    found.insert(s.shard, s.clone());
+                }
+                info.get_or_insert(group);
+                let wait = backoff.next_delay(&ClientError::Timeout);
+                if found.contains_key(&shard) || !deadline.allows(wait) {
+                    break;
+                }
+                tokio::time::sleep(wait).await;
+                let _ = self.load_routes(&key, &deadline, None).await;
             }
-            info.get_or_insert(group);
         }
         let mut info = info.ok_or_else(|| ClientError::Protocol("no shards to describe".into()))?;
         info.shards = found.into_values().collect();

@@ -6,7 +6,7 @@
 //! queued; or it never got the whole request: no connection, no stream, the frame not
 //! written) — unless the caller says
 //! the request is idempotent, in which case an unknown outcome (connection lost after
-//! sending, timeout, `quorum_timeout`) is retried too. Waits go 100 ms, 200 ms, ... up to
+//! sending, timeout, `quorum_timeout`, `leadership_lost`) is retried too. Waits go 100 ms, 200 ms, ... up to
 //! 1 s between tries (or longer when the broker asks with `retry_after_ms`), and no try
 //! starts after the deadline.
 
@@ -43,7 +43,8 @@ pub(crate) fn classify(error: &ClientError, sent: bool) -> Verdict {
             | codes::METADATA_UNAVAILABLE
             | codes::SHARD_MOVED => Verdict::Refused,
             codes::OVERLOADED if over_quota(error) => Verdict::Refused,
-            codes::QUORUM_TIMEOUT => Verdict::Ambiguous,
+            // The write may be stored: the broker could not confirm it, not refused it.
+            codes::QUORUM_TIMEOUT | codes::LEADERSHIP_LOST => Verdict::Ambiguous,
             _ => Verdict::Final,
         },
         ClientError::Connect(_) => Verdict::Refused,
@@ -66,7 +67,9 @@ pub(crate) fn copy_of_unknown(error: &ClientError) -> Option<ClientError> {
     match error {
         ClientError::Transport(m) => Some(ClientError::Transport(m.clone())),
         ClientError::Timeout => Some(ClientError::Timeout),
-        ClientError::Broker(body) if body.code == codes::QUORUM_TIMEOUT => {
+        ClientError::Broker(body)
+            if matches!(body.code, codes::QUORUM_TIMEOUT | codes::LEADERSHIP_LOST) =>
+        {
             Some(ClientError::Broker(body.clone()))
         }
         _ => None,
@@ -212,6 +215,8 @@ mod tests {
             ClientError::Transport("connection lost".into()),
             ClientError::Timeout,
             broker(codes::QUORUM_TIMEOUT, "quorum_timeout"),
+            // Written, then the leader's lease lapsed before it answered (issue 25).
+            broker(codes::LEADERSHIP_LOST, "leadership_lost"),
         ] {
             assert_eq!(classify(&e, true), Verdict::Ambiguous, "{e}");
             assert!(!may_retry(&e, true, false), "{e}");

@@ -16,6 +16,7 @@
 //! (also in `Allow`). Bodies and answers are in docs/configuration.md, *Admin HTTP*.
 
 mod api;
+mod faults;
 mod oidc;
 mod rbac;
 
@@ -164,6 +165,18 @@ pub const ROUTES: &[AdminRoute] = &[
         what: "fault injection (FELIX_FAULT_INJECTION=1 only): hold this broker's leader \
                log writes, or let them go",
     },
+    AdminRoute {
+        path: "/v1/faults/hold_answers",
+        methods: &["POST", "DELETE"],
+        what: "fault injection (FELIX_FAULT_INJECTION=1 only): hold this broker's answers \
+               to publishes after their write, or let them go",
+    },
+    AdminRoute {
+        path: "/v1/faults/hold_handovers",
+        methods: &["POST", "DELETE"],
+        what: "fault injection (FELIX_FAULT_INJECTION=1 only): hold this broker's shard \
+               hand-overs with their fence up, or let them go",
+    },
 ];
 
 /// The admin routes over `broker` and `metrics`; with `metrics_require_auth` (and auth on)
@@ -220,6 +233,14 @@ pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>, metrics_require_auth: 
         .route(
             "/v1/faults/stall_writes",
             axum::routing::post(stall_writes).delete(resume_writes),
+        )
+        .route(
+            "/v1/faults/hold_answers",
+            axum::routing::post(faults::hold_answers).delete(faults::release_answers),
+        )
+        .route(
+            "/v1/faults/hold_handovers",
+            axum::routing::post(faults::hold_handovers).delete(faults::release_handovers),
         )
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

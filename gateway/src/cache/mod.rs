@@ -18,6 +18,8 @@
 //! * `requests.rs` — the QUIC requests (and those forwarded here), answered here or
 //!   forwarded to the owner.
 //! * `forward.rs` — sending a key's operation to its owner over the internal network.
+//! * `moving.rs` — operations held across a shard move's hand-over, and a watch's
+//!   `shard_moved` end.
 //! * `sweep.rs` — the once-a-second pass: expiry deletes, compaction, gauges.
 //! * `watch.rs` — watches: a stream of changes to a key or a prefix.
 //! * [`metrics`] — the cache metrics.
@@ -30,6 +32,7 @@
 pub(crate) mod admin;
 pub(crate) mod forward;
 pub mod metrics;
+pub(crate) mod moving;
 pub mod names;
 pub(crate) mod ops;
 pub(crate) mod permissions;

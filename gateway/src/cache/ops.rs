@@ -53,7 +53,16 @@ impl Broker {
                 )
             })?;
             self.disk.check(batch.len() as u64)?;
-            let ticket = log.append(batch).await.map_err(|e| log_error(&e))?;
+            let ticket = {
+                // The append lock a shard move's hand-over takes after raising its fence: a
+                // change is appended before the hand-over reads the log's end, or not here
+                // (held, then sent to the new owner: `cache/moving.rs`).
+                let _order = cs.shard.producers.lock().await;
+                if !crate::moves::hold::may_append(&cs.shard) {
+                    return Err(crate::moves::hold::fenced_at_append(&cs.shard));
+                }
+                log.append(batch).await.map_err(|e| log_error(&e))?
+            };
             let (_, l) = ticket.committed().await.map_err(|e| log_error(&e))?;
             st.applied_end = l + 1;
             last = Some(l);
@@ -117,8 +126,10 @@ impl Broker {
             )
             .retry_after(500));
         }
+        // Applied already: past a lapsed lease the outcome is unknown, not refused (a
+        // refusal would have a client apply a counter add twice).
         if last.is_none() && !self.node.lease.holds() {
-            return Err(fenced(cs));
+            return Err(crate::publish::unvouched(&cs.key));
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 
 use bytes::Bytes;
 use felix_meta::auth::Resource;
+use felix_meta::model::ShardKey;
 use felix_wire::cache::{CacheRequest, CacheResponse, MAX_KEY_BYTES, MAX_VALUE_BYTES};
 use felix_wire::protocol::{ErrorBody, Frame, FrameKind, Request, Response, codes};
 
@@ -143,8 +144,13 @@ async fn answer(
         )),
         _ => {
             let here = on_key_here(broker, request, body.clone()).await;
+            // Forwarded once; once more if it was held here across a hand-over.
+            let forward = match &here {
+                Err(e) => !forwarded || super::moving::forward_again(e),
+                Ok(_) => false,
+            };
             match here {
-                Err(e) if e.code == codes::NOT_LEADER && !forwarded && broker.node.cluster => {
+                Err(e) if e.code == codes::NOT_LEADER && forward && broker.node.cluster => {
                     let leader = e.leader;
                     match leader.and_then(|l| broker.node.internal_addr_of(l)) {
                         Some(addr) => {
@@ -171,16 +177,32 @@ async fn on_key_here(
         return Err(invalid(format!("{} names no key", request.kind())));
     };
     let shard = broker.cache_shard_of(tenant, namespace, cache, key)?;
+    // Held across a shard move's hand-over, and tried again if it raced the fence.
+    broker
+        .cache_held(&shard, || {
+            on_key_once(broker, request, &shard, key, body.clone())
+        })
+        .await
+}
+
+/// One try of an operation on `key` of `shard`, at this broker.
+async fn on_key_once(
+    broker: &Broker,
+    request: &CacheRequest,
+    shard: &ShardKey,
+    key: &str,
+    body: Bytes,
+) -> Result<(CacheResponse, Bytes), ErrorBody> {
     let none = |r: CacheResponse| Ok((r, Bytes::new()));
     match request {
         CacheRequest::Put {
             ttl_ms, condition, ..
         } => none(CacheResponse::Written {
             version: broker
-                .cache_put_here(&shard, key, body, *ttl_ms, *condition)
+                .cache_put_here(shard, key, body, *ttl_ms, *condition)
                 .await?,
         }),
-        CacheRequest::Get { .. } => match broker.cache_get_here(&shard, key).await? {
+        CacheRequest::Get { .. } => match broker.cache_get_here(shard, key).await? {
             Some(found) => Ok((
                 CacheResponse::Value {
                     found: true,
@@ -196,14 +218,14 @@ async fn on_key_here(
             }),
         },
         CacheRequest::Delete { condition, .. } => none(CacheResponse::Deleted {
-            existed: broker.cache_delete_here(&shard, key, *condition).await?,
+            existed: broker.cache_delete_here(shard, key, *condition).await?,
         }),
         CacheRequest::CounterAdd { delta, .. } => {
-            let (value, version) = broker.counter_add_here(&shard, key, *delta).await?;
+            let (value, version) = broker.counter_add_here(shard, key, *delta).await?;
             none(CacheResponse::Counter { value, version })
         }
         CacheRequest::CounterGet { .. } => {
-            let (value, version) = broker.counter_get_here(&shard, key).await?;
+            let (value, version) = broker.counter_get_here(shard, key).await?;
             none(CacheResponse::Counter { value, version })
         }
         _ => Err(invalid(format!(

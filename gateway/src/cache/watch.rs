@@ -5,7 +5,8 @@
 //! applies from the moment it is opened — puts and counter adds (with the new value),
 //! deletes, and the expiry deletes of a log-backed cache — in the order the owner applied
 //! them on each shard. It ends with an `End` frame when the owner stops owning a shard
-//! (`not_leader`, naming the new owner when known, or `shard_unavailable`), when the cache
+//! (`shard_moved` after a move's hand-over, `not_leader`, naming the new owner when known,
+//! or `shard_unavailable`), when the cache
 //! is dropped, when it falls more than the buffer behind (`watch_lagged`: changes were
 //! missed), or when the caller's token lapses. A watch is not forwarded: a broker that does
 //! not own a key's shard refuses with `not_leader` and the client opens it at the owner; a
@@ -109,8 +110,9 @@ fn shards_of(
     Ok((filter, shards))
 }
 
-/// Whether this broker still owns the shard, as a watch's end if not.
-fn still_owned(broker: &Broker, cs: &CacheShard) -> Result<(), ErrorBody> {
+/// Whether this broker still owns the shard (led at `opened` when the watch opened), as a
+/// watch's end if not.
+fn still_owned(broker: &Broker, cs: &CacheShard, opened: Option<u64>) -> Result<(), ErrorBody> {
     if cs.shard.is_closed() {
         return Err(err(
             codes::UNKNOWN_CACHE,
@@ -120,6 +122,10 @@ fn still_owned(broker: &Broker, cs: &CacheShard) -> Result<(), ErrorBody> {
                 cs.key
             ),
         ));
+    }
+    // Handed over by a move: `shard_moved`, naming the new owner.
+    if let Some(e) = super::moving::watch_end(&broker.node, &cs.shard, opened) {
+        return Err(e);
     }
     crate::routing::check_leading(&broker.node, &cs.shard)?;
     if cs.shard.repl.is_some() && !broker.node.lease.holds() {
@@ -151,13 +157,32 @@ pub(crate) async fn serve_watch(
     broker.node.metrics.cache.operation("watch", "ok");
     // One task per shard feeds the watch; they end when the watch goes away.
     let (tx, mut rx) = mpsc::channel::<Result<Change, ErrorBody>>(1024);
-    for cs in &shards {
+    // The generation each shard is led at as the watch opens: a move ends the watch.
+    let opened: Vec<Option<u64>> = shards
+        .iter()
+        .map(|cs| cs.shard.repl.as_ref().and_then(|r| r.leading()))
+        .collect();
+    for (cs, &led) in shards.iter().zip(&opened) {
         let mut changes = cs.changes.subscribe();
+        let mut role = cs.shard.repl.as_ref().map(|r| r.role.subscribe());
+        let (node, shard) = (broker.node.clone(), cs.shard.clone());
         let tx = tx.clone();
         let filter = filter.clone();
         tokio::spawn(async move {
             loop {
-                let item = match changes.recv().await {
+                let next = tokio::select! {
+                    next = changes.recv() => next,
+                    () = super::moving::role_changed(&mut role) => {
+                        match super::moving::watch_end(&node, &shard, led) {
+                            Some(e) => {
+                                let _ = tx.send(Err(e)).await;
+                                return;
+                            }
+                            None => continue,
+                        }
+                    }
+                };
+                let item = match next {
                     Ok(c) if !filter.matches(&c.change.key) => continue,
                     Ok(c) => Ok(c),
                     Err(broadcast::error::RecvError::Lagged(n)) => Err(err(
@@ -191,7 +216,8 @@ pub(crate) async fn serve_watch(
                 if checking && let Err(e) = broker.access().still_live(credential) {
                     break e;
                 }
-                if let Some(e) = shards.iter().find_map(|cs| still_owned(broker, cs).err()) {
+                let mut owned = shards.iter().zip(&opened);
+                if let Some(e) = owned.find_map(|(cs, o)| still_owned(broker, cs, *o).err()) {
                     break e;
                 }
                 continue;

@@ -32,8 +32,11 @@ pub fn kafka_error(e: &ErrorBody) -> ResponseError {
         // Stopping, closed, fenced or led elsewhere: the client refreshes metadata and
         // retries.
         codes::SHARD_UNAVAILABLE | codes::NOT_LEADER => ResponseError::NotLeaderOrFollower,
-        // Written here, not confirmed by a quorum: the outcome is unknown.
-        codes::QUORUM_TIMEOUT => ResponseError::NotEnoughReplicasAfterAppend,
+        // Written here, not confirmed by a quorum or past a lapsed lease: the outcome is
+        // unknown.
+        codes::QUORUM_TIMEOUT | codes::LEADERSHIP_LOST => {
+            ResponseError::NotEnoughReplicasAfterAppend
+        }
         codes::METADATA_UNAVAILABLE => ResponseError::LeaderNotAvailable,
         codes::OUT_OF_ORDER_SEQUENCE if e.reason == "invalid_producer_epoch" => {
             ResponseError::InvalidProducerEpoch

@@ -108,6 +108,8 @@ async fn hand_over(
     // Publishes that passed the fence before it went up append under this lock; once it is
     // free they have all been given their offsets.
     drop(shard.producers.lock().await);
+    // Fault injection only: a test holds the hand-over here, its fence up, past the hold.
+    felix_meta::faults::wait_while_handovers_held().await;
     let end = log.next_offset();
     wait_until(deadline, || {
         let written = log.committed_offset() >= end;
@@ -146,7 +148,10 @@ async fn hand_over(
         to: m.to,
         end,
     };
-    propose(&b, cmd).await?;
+    // Recorded before the proposal: the role may follow `m.to` before the answer comes back,
+    // and a watch ended then must already know it was this hand-over.
+    repl.moves.handed_over(generation + 1, m.to);
+    propose_hand_over(&b, shard, repl, generation, cmd).await?;
     b.metrics.moves.handovers.inc();
     info!(shard = %shard.key, from = me, to = m.to, end, generation = generation + 1,
         "handed the shard over at the fence");
@@ -240,6 +245,51 @@ struct StepGuard(Arc<ReplState>);
 impl Drop for StepGuard {
     fn drop(&mut self) {
         self.0.moves.release();
+    }
+}
+
+/// Proposes the hand-over. An answer that leaves its outcome unknown (the control plane's
+/// leader was lost mid-request) is not taken for a refusal: the fence stays up until a
+/// linearizable read of the control plane's state says whether the shard's generation moved
+/// on. Lowering it on a hand-over applied after all would let this broker write past the
+/// new generation's start, records the new leader's generation then cuts away.
+async fn propose_hand_over(
+    b: &Node,
+    shard: &Shard,
+    repl: &ReplState,
+    generation: u64,
+    cmd: Command,
+) -> Result<(), String> {
+    match b.meta.propose(cmd).await {
+        Ok(_) => return Ok(()),
+        Err(MetaError::Rejected(e)) => {
+            warn!(error = %e, "the control plane refused a move step");
+            return Err(e.to_string());
+        }
+        // No leader was reached: not applied.
+        Err(e @ MetaError::Timeout(_)) => return Err(e.to_string()),
+        Err(e) => warn!(shard = %shard.key, error = %e,
+            "the hand-over's outcome is unknown; asking the control plane, the fence kept up"),
+    }
+    loop {
+        // Once the control plane's leader has committed in its own term (the read barrier),
+        // an older proposal it does not hold can no longer be applied.
+        let read = b
+            .meta
+            .read(|s| s.placements.get(&shard.key).map(|p| p.generation))
+            .await;
+        match read {
+            Ok(Some(g)) if g > generation => return Ok(()),
+            Ok(_) => return Err("the hand-over was not applied".into()),
+            Err(e) => debug!(shard = %shard.key, error = %e, "cannot read the control plane yet"),
+        }
+        let replaced = matches!(&*repl.role.borrow(), Role::Follower { .. } | Role::Unplaced);
+        if replaced || b.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            // A newer placement reached this broker (it follows now), or it stops: nothing
+            // is appended here at `generation` any more.
+            return Ok(());
+        }
+        tokio::time::sleep(RETRY).await;
     }
 }
 

@@ -95,6 +95,18 @@ pub(crate) fn met_fence(e: &ErrorBody) -> bool {
 
 const FENCED_AT_APPEND: &str = "fenced_for_move";
 
+/// Whether an append may go ahead now, asked under the shard's append lock (the one the
+/// hand-over takes after raising the fence): not while the fence is up, and not once this
+/// broker no longer leads the shard. A publish checks leadership before it queues for the
+/// lock; one that queued across a whole hand-over must not append to the old leader's log
+/// past the new generation's start, where the record would be cut away though answered.
+pub(crate) fn may_append(shard: &Shard) -> bool {
+    shard
+        .repl
+        .as_ref()
+        .is_none_or(|r| !r.moves.fenced() && matches!(&*r.role.borrow(), Role::Leader { .. }))
+}
+
 /// The refusal of an append that found the fence up (see [`met_fence`]); never reaches a
 /// client.
 pub(crate) fn fenced_at_append(shard: &Shard) -> ErrorBody {

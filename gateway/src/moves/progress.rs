@@ -19,6 +19,10 @@ pub struct MoveProgress {
     running: AtomicBool,
     /// No step starts before this (after a step failed or timed out).
     not_before: Mutex<Option<Instant>>,
+    /// The last hand-over this broker proposed: (the new generation, the new leader). A
+    /// watch is told `shard_moved` only when this broker follows exactly that
+    /// (`cache/moving.rs`).
+    handed: Mutex<Option<(u64, u64)>>,
 }
 
 impl Default for MoveProgress {
@@ -27,6 +31,7 @@ impl Default for MoveProgress {
             fence: watch::channel(false).0,
             running: AtomicBool::new(false),
             not_before: Mutex::new(None),
+            handed: Mutex::new(None),
         }
     }
 }
@@ -65,6 +70,16 @@ impl MoveProgress {
     pub(crate) fn release(&self) {
         self.set_fence(false);
         self.running.store(false, Ordering::Release);
+    }
+
+    /// Records that this broker proposes to hand the shard over: `to` to lead `generation`.
+    pub(crate) fn handed_over(&self, generation: u64, to: u64) {
+        *self.handed.lock() = Some((generation, to));
+    }
+
+    /// The last hand-over this broker proposed: (the new generation, the new leader).
+    pub fn handed_over_to(&self) -> Option<(u64, u64)> {
+        *self.handed.lock()
     }
 
     /// The next step waits `delay` (after a refusal or a timeout).

@@ -103,6 +103,7 @@ pub(crate) fn stops_the_run(e: &ClientError) -> bool {
                 | codes::BAD_REQUEST
                 | codes::OVERLOADED
                 | codes::QUORUM_TIMEOUT
+                | codes::LEADERSHIP_LOST
                 | codes::SHARD_UNAVAILABLE
         ),
         ClientError::InvalidArgument(_) => false,
