@@ -135,7 +135,13 @@ impl Broker {
             let call = call.clone();
             Some(async move {
                 let r = peers
-                    .call(&addr, PATH, &call, Duration::from_secs(2))
+                    .call(
+                        &addr,
+                        PATH,
+                        &call,
+                        Duration::from_secs(2),
+                        crate::replication::transport::FetchError::Failed,
+                    )
                     .await;
                 if let Err(e) = r {
                     debug!(replica = addr, error = %e, "could not ask a replica to follow a journal");

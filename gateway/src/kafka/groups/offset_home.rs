@@ -125,8 +125,18 @@ async fn on_topic(
                 let e = unreachable("no address known".into());
                 return shards.into_iter().map(|s| (s, Err(e.clone()))).collect();
             };
-            let answer = broker.node.peers.call(&addr, PATH, &call, timeout).await;
-            match answer.map(|b| serde_json::from_slice::<Vec<(u32, ShardOutcome)>>(&b)) {
+            let answer = broker
+                .node
+                .peers
+                .call(
+                    &addr,
+                    PATH,
+                    &call,
+                    timeout,
+                    crate::replication::transport::FetchError::Failed,
+                )
+                .await;
+            match answer.map(|a| serde_json::from_slice::<Vec<(u32, ShardOutcome)>>(&a.body)) {
                 Ok(Ok(answers)) => answers,
                 Ok(Err(e)) => {
                     let e = unreachable(format!("unreadable answer: {e}"));
