@@ -78,6 +78,8 @@ struct Options {
     row_group_bytes: usize,
     op_timeout: Duration,
     prefetch_row_groups: usize,
+    /// `CacheConfig::head_bytes`: 0 (footer first) unless a test is about heads.
+    head_bytes: u64,
 }
 
 impl Default for Options {
@@ -87,6 +89,7 @@ impl Default for Options {
             row_group_bytes: 4 << 20,
             op_timeout: Duration::from_millis(300),
             prefetch_row_groups: 2,
+            head_bytes: 0,
         }
     }
 }
@@ -154,6 +157,7 @@ impl Rig {
                 read_ahead_bytes: 16 << 20,
                 prefetch_row_groups: opts.prefetch_row_groups,
                 decode_threads: 2,
+                head_bytes: opts.head_bytes,
             },
         )
         .await
@@ -957,6 +961,75 @@ async fn cold_reads_are_cached_survive_failed_gets_and_coalesce_concurrent_fetch
         spent > row_groups && spent <= row_groups + 2,
         "8 readers of {row_groups} row groups cost {spent} GETs"
     );
+}
+
+/// A reader starting at an object's first offset with nothing cached gets its first row
+/// group after one round trip: the object's head is fetched beside its footer, not after
+/// it. A head that reaches past the first row groups serves them without a GET of their
+/// own; one shorter than the first row group is completed by a GET of the rest. Every
+/// record comes back once, in order, either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_from_an_objects_start_fetches_its_footer_and_head_in_one_round_trip() {
+    for (head_bytes, whole) in [(1u64 << 20, true), (300, false)] {
+        let mut rig = Rig::start(Options {
+            row_group_bytes: 1024,
+            prefetch_row_groups: 0,
+            head_bytes,
+            op_timeout: Duration::from_secs(3),
+            ..Options::default()
+        })
+        .await;
+        let objects = rig.all_cold(2).await;
+        let o = objects[1].clone();
+        let sent: Vec<Sent> = rig
+            .sent
+            .iter()
+            .filter(|s| s.base >= o.base_offset && s.last <= o.last_offset)
+            .cloned()
+            .collect();
+        let latency = Duration::from_millis(250);
+        rig.faults.set_latency(latency);
+        let gets = rig.faults.gets();
+        let started = Instant::now();
+        let first = rig
+            .shard
+            .read(o.base_offset, 1, None)
+            .await
+            .expect("cold read");
+        let elapsed = started.elapsed();
+        assert_eq!(first.tier, Tier::Cold);
+        assert!(first.next_offset > o.base_offset);
+        if whole {
+            // Footer and head, each one GET: two round trips would take twice the latency.
+            assert_eq!(rig.faults.gets() - gets, 2, "footer and head only");
+            assert!(
+                elapsed < latency * 2,
+                "first row group after {elapsed:?}, one round trip is {latency:?}"
+            );
+        }
+        rig.faults.set_latency(Duration::ZERO);
+        let read = read_whole_object(&rig.shard, o.clone())
+            .await
+            .expect("the whole object");
+        let got: Vec<(Tier, DecodedBatch)> = decode_all(&read.batches)
+            .into_iter()
+            .map(|b| (read.tier, b))
+            .collect();
+        assert_same_batches(&got, &sent);
+        let footer = rig.cache.footer(&object_ref(&o)).await.expect("footer");
+        if whole {
+            assert_eq!(
+                rig.faults.gets() - gets,
+                2,
+                "{} row groups, all from the head",
+                footer.row_groups.len()
+            );
+        } else {
+            // The head covers part of the first row group only: every row group still
+            // costs one GET (the first one its rest), plus the footer and the head.
+            assert_eq!(rig.faults.gets() - gets, 2 + footer.row_groups.len() as u64);
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
