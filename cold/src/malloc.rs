@@ -4,14 +4,14 @@
 //! threshold (128 KiB at start, raised only as freed chunks teach it, at most 32 MiB) with
 //! a fresh mapping, and returns free memory at the top of a thread's heap once it passes
 //! the trim threshold; so every decode page-faults and zeroes each page it writes again,
-//! and unmaps them after. In release that was most of a decode's time: 200–250 ms for a
-//! 32 MiB object (67 MiB rebuilt) against 24–42 ms with the thresholds below, the peak RSS
-//! unchanged (238 MB against 253 MB; `cargo test --release -p felix-cold --test cold
-//! decode_cost -- --ignored --nocapture`, bench/results/catchup-latency-notes.md).
+//! and unmaps them after. In release that was most of a decode's time: 170–250 ms for a
+//! 32 MiB object (67 MiB rebuilt) against 25–42 ms with the thresholds below, the test's
+//! peak RSS 6% higher (253 MB against 238 MB; `cargo test --release -p felix-cold --test
+//! cold decode_cost -- --ignored --nocapture`, bench/results/catchup-latency-notes.md).
 //!
 //! The cost: up to [`TRIM_THRESHOLD`] of free memory may stay with each of the allocator's
 //! arenas instead of going back to the kernel at once, so a broker's RSS falls more slowly
-//! after a burst of cold reads. Its peak is what it was.
+//! after a burst of cold reads.
 
 /// Allocations up to this size come from the allocator's heaps, never a mapping of their
 /// own (glibc's ceiling for the threshold it adapts by itself).
