@@ -1266,3 +1266,112 @@ async fn an_uploader_stops_when_its_shard_goes_away() {
             .expect("uploader task");
     }
 }
+
+/// What a reader starting at an object's first offset waits for its first batch, with
+/// nothing cached, from a store answering every GET after 30 ms at 100 MB/s per GET
+/// (issue 27's case): with the object's head fetched beside its footer, and with the footer
+/// fetched first (`head_bytes` 0). A 16 MiB object of 1 KiB incompressible records in 4 MiB
+/// row groups; each trial opens an empty cache; interleaved, best and median of 7 each. Run
+/// in release:
+/// `cargo test --release -p felix-cold --test cold first_record_cost -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand in release"]
+async fn first_record_cost_with_and_without_the_head() {
+    use felix_cold::store::SimulatedLatency;
+    use felix_wire::batch::stamp_base_offset;
+
+    felix_cold::malloc::keep_decode_buffers();
+    let mut log = Vec::new();
+    let mut next = 0i64;
+    for b in 0..(16u64 << 10) / 64 {
+        let mut builder = BatchBuilder::new(Compression::None);
+        for r in 0..64u64 {
+            builder.push(Record {
+                offset: 0,
+                timestamp: T0 + next + r as i64,
+                key: None,
+                value: Some(Bytes::from(pattern(1024, b * 64 + r))),
+                headers: Vec::new(),
+            });
+        }
+        let mut batch = builder.build().expect("batch");
+        stamp_base_offset(&mut batch, next);
+        next += 64;
+        log.extend_from_slice(&batch);
+    }
+    let row_group_bytes = 4 << 20;
+    let info = ObjectInfo {
+        tenant: "acme".into(),
+        namespace: "prod".into(),
+        stream: "orders".into(),
+        shard: 0,
+    };
+    let opts = EncodeOptions {
+        row_group_bytes,
+        ..EncodeOptions::default()
+    };
+    let (object, summary) = encode_to_bytes(&log, &info, &opts).await.expect("encodes");
+    let store = TierStore::open(&StoreConfig {
+        url: "memory://".into(),
+        simulated: SimulatedLatency {
+            first_byte: Duration::from_millis(30),
+            bytes_per_sec: 100_000_000,
+            ..SimulatedLatency::default()
+        },
+        ..StoreConfig::default()
+    })
+    .await
+    .expect("store");
+    let size = object.len() as u64;
+    store.put("o", object).await.expect("put");
+    let objref = ObjectRef {
+        key: "o".into(),
+        size,
+        version: "1".into(),
+        base_offset: 0,
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let trial = |head_bytes: u64| {
+        let (store, objref, dir) = (store.clone(), objref.clone(), dir.path().join("c"));
+        async move {
+            let cache = ColdCache::open(
+                store,
+                CacheConfig {
+                    disk_bytes: 0,
+                    prefetch_row_groups: 0,
+                    head_bytes,
+                    ..CacheConfig::new(dir)
+                },
+            )
+            .await
+            .expect("cache");
+            let started = Instant::now();
+            let read = cache
+                .read(&objref, 0, 1, summary.last_offset + 1)
+                .await
+                .expect("read");
+            let elapsed = started.elapsed();
+            assert!(read.next_offset > 0);
+            cache.close().await;
+            elapsed
+        }
+    };
+    let head_bytes = felix_cold::cache::head_bytes_for(row_group_bytes);
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        with.push(trial(head_bytes).await);
+        without.push(trial(0).await);
+    }
+    with.sort();
+    without.sort();
+    eprintln!(
+        "object {} MiB in {} row groups; first batch with the head: best {:?}, median {:?}; \
+         footer first: best {:?}, median {:?}",
+        size >> 20,
+        summary.row_groups,
+        with[0],
+        with[3],
+        without[0],
+        without[3]
+    );
+}
