@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,6 +25,8 @@ use parking_lot::Mutex;
 
 use crate::decode_pool::DecodePool;
 use crate::error::ColdError;
+use crate::head::Heads;
+use crate::ranged::{concat, split_get};
 use crate::read_ahead::{ReadAhead, ReadAheadConfig};
 use crate::segment::{DecodedRowGroup, ObjectFooter, decode_row_group};
 use crate::store::TierStore;
@@ -51,6 +54,10 @@ pub struct CacheConfig {
     /// Threads that decode fetched row groups, at a lower priority than the publish path
     /// ([`DecodePool`]); every cold reader of the broker shares them.
     pub decode_threads: usize,
+    /// Bytes fetched from an object's start beside its footer when a reader starts at the
+    /// object's beginning, so its first row group comes in the same round trip
+    /// ([`crate::head`]); a little more than one row group. 0 fetches the footer first.
+    pub head_bytes: u64,
 }
 
 impl CacheConfig {
@@ -63,8 +70,17 @@ impl CacheConfig {
             prefetch_row_groups: 2,
             read_ahead_bytes: 64 << 20,
             decode_threads: 2,
+            head_bytes: head_bytes_for(4 << 20),
         }
     }
+}
+
+/// [`CacheConfig::head_bytes`] for objects written with row groups of `row_group_bytes`
+/// input bytes: a quarter more, since a row group ends at the first batch boundary past
+/// that size and its Parquet form can be a little larger than its input.
+pub fn head_bytes_for(row_group_bytes: usize) -> u64 {
+    let rg = row_group_bytes as u64;
+    rg.saturating_add(rg / 4)
 }
 
 /// Counters since start.
@@ -95,6 +111,8 @@ pub struct ObjectRef {
     pub key: String,
     pub size: u64,
     pub version: String,
+    /// The first offset the object holds (a reader from here wants its first row group).
+    pub base_offset: u64,
 }
 
 impl ObjectRef {
@@ -104,6 +122,7 @@ impl ObjectRef {
             key: entry.object_key.clone()?,
             size: entry.size_bytes,
             version: entry.checksum.clone().unwrap_or_default(),
+            base_offset: entry.base_offset,
         })
     }
 
@@ -197,6 +216,7 @@ struct Inner {
     decoding: Mutex<HashMap<(String, usize), DecodeCell>>,
     decoder: DecodePool,
     read_ahead: ReadAhead,
+    heads: Heads,
     config: CacheConfig,
     stats: CacheStats,
 }
@@ -273,6 +293,7 @@ impl ColdCache {
                 decoding: Mutex::new(HashMap::new()),
                 decoder,
                 read_ahead,
+                heads: Heads::new(config.head_bytes),
                 config,
                 stats: CacheStats::default(),
             }),
@@ -316,6 +337,17 @@ impl ColdCache {
 
     /// The parsed footer of an object.
     pub async fn footer(&self, object: &ObjectRef) -> Result<Arc<ObjectFooter>, ColdError> {
+        self.footer_for(object, false).await
+    }
+
+    /// The parsed footer of an object; with `head`, if the footer must be fetched, the
+    /// object's first bytes are fetched beside it ([`crate::head`]): the caller is about to
+    /// read the first row group.
+    async fn footer_for(
+        &self,
+        object: &ObjectRef,
+        head: bool,
+    ) -> Result<Arc<ObjectFooter>, ColdError> {
         let i = &self.inner;
         let id = object.id();
         let (key, size) = (object.key.as_str(), object.size);
@@ -323,12 +355,19 @@ impl ColdCache {
             i.stats.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(f);
         }
-        let store = i.store.clone();
+        let this = self.clone();
         let owned = key.to_owned();
+        let head_id = id.clone();
         let entry = i
             .hybrid
             .get_or_fetch(&footer_key(&id), move || async move {
-                fetch_footer_bytes(&store, &owned, size).await
+                // Only on a miss of both cache tiers: a warm object's row groups are
+                // cached too, and a head would fetch them again.
+                let store = &this.inner.store;
+                if head {
+                    this.inner.heads.start(store, head_id, &owned, size);
+                }
+                fetch_footer_bytes(store, &owned, size).await
             })
             .await
             .map_err(|e| fetch_error(key, e))?;
@@ -440,9 +479,17 @@ impl ColdCache {
         let raw = {
             let _in_flight = i.read_ahead.fetch_started();
             let started = std::time::Instant::now();
-            let raw = match fetch {
-                Fetch::Demand => split_get(&i.store, key, info.byte_range.clone()).await?,
-                Fetch::Ahead => i.store.get_range(key, info.byte_range.clone()).await?,
+            let range = info.byte_range.clone();
+            let last = footer.row_groups.last().map_or(0, |rg| rg.byte_range.end);
+            let raw = match i.heads.take(&id, range.clone(), last).await {
+                Some(head) if head.len() as u64 == range.end - range.start => head,
+                Some(head) => {
+                    // The row group starts in the head: fetch only the rest.
+                    let rest = (range.start + head.len() as u64)..range.end;
+                    let rest = fetch.get(&i.store, key, rest).await?;
+                    concat(&[head, rest], (range.end - range.start) as usize)
+                }
+                None => fetch.get(&i.store, key, range).await?,
             };
             i.read_ahead.record_fetch(started.elapsed());
             raw
@@ -483,7 +530,7 @@ impl ColdCache {
         max_bytes: usize,
         end: u64,
     ) -> Result<ColdRead, ColdError> {
-        let footer = self.footer(object).await?;
+        let footer = self.footer_for(object, from <= object.base_offset).await?;
         let mut out = ColdRead {
             batches: Bytes::new(),
             next_offset: from,
@@ -575,7 +622,7 @@ impl ColdCache {
         let this = self.clone();
         let object = object.clone();
         tokio::spawn(async move {
-            match this.footer(&object).await {
+            match this.footer_for(&object, true).await {
                 Ok(footer) => this.prefetch(&object, &footer, 0),
                 Err(e) => {
                     tracing::debug!(key = object.key, error = %e, "read-ahead of next object failed")
@@ -621,33 +668,18 @@ enum Fetch {
     Ahead,
 }
 
-/// A demand fetch is split into parts of at least this size...
-const SPLIT_PART_BYTES: u64 = 1 << 20;
-/// ...and at most this many.
-const SPLIT_PARTS: u64 = 4;
-
-/// `range` of `key`, as up to [`SPLIT_PARTS`] parallel ranged GETs when it is large.
-async fn split_get(
-    store: &TierStore,
-    key: &str,
-    range: std::ops::Range<u64>,
-) -> Result<Bytes, ColdError> {
-    let len = range.end - range.start;
-    let parts = (len / SPLIT_PART_BYTES).clamp(1, SPLIT_PARTS);
-    if parts == 1 {
-        return Ok(store.get_range(key, range).await?);
+impl Fetch {
+    async fn get(
+        self,
+        store: &TierStore,
+        key: &str,
+        range: Range<u64>,
+    ) -> Result<Bytes, ColdError> {
+        match self {
+            Fetch::Demand => split_get(store, key, range).await,
+            Fetch::Ahead => Ok(store.get_range(key, range).await?),
+        }
     }
-    let step = len.div_ceil(parts);
-    let gets = (0..parts).map(|p| {
-        let start = range.start + p * step;
-        store.get_range(key, start..(start + step).min(range.end))
-    });
-    let pieces = futures::future::try_join_all(gets).await?;
-    let mut out = bytes::BytesMut::with_capacity(len as usize);
-    for piece in pieces {
-        out.extend_from_slice(&piece);
-    }
-    Ok(out.freeze())
 }
 
 fn footer_key(id: &str) -> String {
@@ -692,42 +724,5 @@ fn fetch_error(key: &str, e: foyer::Error) -> ColdError {
     ColdError::Fetch {
         key: key.to_owned(),
         message,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::store::StoreConfig;
-
-    /// A large range fetched as parallel parts comes back as exactly the range's bytes,
-    /// in order, from one GET per part.
-    #[tokio::test]
-    async fn a_split_demand_fetch_reassembles_exactly_the_range() {
-        let store = TierStore::open(&StoreConfig {
-            url: "memory://".into(),
-            ..StoreConfig::default()
-        })
-        .await
-        .expect("memory store");
-        let data: Vec<u8> = (0..(7u32 << 19)).map(|i| (i % 251) as u8).collect();
-        store
-            .put("k", Bytes::from(data.clone()))
-            .await
-            .expect("put");
-        let range = 100..(data.len() as u64 - 7);
-        let before = store.stats().gets;
-        let got = split_get(&store, "k", range.clone()).await.expect("get");
-        assert_eq!(&got[..], &data[range.start as usize..range.end as usize]);
-        assert_eq!(
-            store.stats().gets - before,
-            3,
-            "3.5 MiB: three parts of >= 1 MiB"
-        );
-        // A small range is one GET.
-        let before = store.stats().gets;
-        let got = split_get(&store, "k", 5..1000).await.expect("get");
-        assert_eq!(&got[..], &data[5..1000]);
-        assert_eq!(store.stats().gets - before, 1);
     }
 }

@@ -5,7 +5,10 @@
 //! * [`segment`] — the Parquet object format: record batches in, Parquet out, and back.
 //! * [`cache`] — footers and row groups of objects in a foyer memory + disk cache, with
 //!   coalesced fetches and read-ahead; [`decode_pool`] the low-priority threads that decode
-//!   what it fetches; [`read_ahead`] how far ahead it fetches and the memory that may take.
+//!   what it fetches; [`read_ahead`] how far ahead it fetches and the memory that may take;
+//!   `head` an object's first bytes fetched beside its footer; `ranged` parallel ranged GETs;
+//!   [`malloc`] the allocator settings that keep decode buffers from going back to the
+//!   kernel after every decode.
 //! * [`uploader`] — moves a shard's committed history into objects recorded in the manifest.
 //! * [`manifest`] — a shard's manifest: this broker's copy, and what the tier asks of the
 //!   control plane that keeps it ([`manifest::ManifestKeeper`]); [`keeper`] the keepers: the
@@ -18,8 +21,11 @@
 pub mod cache;
 pub mod decode_pool;
 pub mod error;
+mod head;
 pub mod keeper;
+pub mod malloc;
 pub mod manifest;
+mod ranged;
 pub mod read_ahead;
 pub mod repair;
 pub mod retention;

@@ -95,6 +95,11 @@ fn main() -> ExitCode {
     felix_gateway::inert_settings::log_notes(config_file.as_deref(), &|var| {
         std::env::var(var).ok()
     });
+    // Before any thread starts: cold-read decodes allocate and free MiB-sized buffers,
+    // which glibc would otherwise map and unmap anew for every row group.
+    if !felix_cold::malloc::keep_decode_buffers() {
+        tracing::debug!("the C library's allocator does not take mallopt thresholds");
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {

@@ -2,7 +2,7 @@
 //! in offsets, time and bytes, and the content digest of each. Decides whether a Parquet
 //! file is a Felix object this build reads. Invariant: a footer that parses describes row
 //! groups that tile the object's offset range (no gap, no overlap, in order) within the
-//! file's bytes, and a version 2 object without content digests is refused, so no reader
+//! file's bytes, and a version 2 or 3 object without content digests is refused, so no reader
 //! acts on a footer that contradicts itself.
 
 use std::collections::HashMap;
@@ -17,6 +17,7 @@ use parquet::file::metadata::{
 };
 use parquet::file::statistics::Statistics;
 
+use super::digest::DigestKind;
 use super::{
     EmptyBatch, FORMAT_VERSION, KEY_BASE, KEY_BATCHES, KEY_EMPTY_BATCHES, KEY_LAST, KEY_NAMESPACE,
     KEY_RECORDS, KEY_ROW_GROUP_DIGESTS, KEY_SHARD, KEY_STREAM, KEY_TENANT, KEY_VERSION,
@@ -35,7 +36,7 @@ pub struct RowGroupInfo {
     pub rows: u64,
     /// In the file: from the first column chunk's start to the last one's end.
     pub byte_range: Range<u64>,
-    /// The CRC32C of the row group's canonical content (`felix.row_group_digests`), which
+    /// The row group's content digest (`felix.row_group_digests`, see `digest`), which
     /// [`decode_row_group`](super::decode_row_group) checks the rebuilt batches against.
     /// `None` in objects written before the digests existed: for those only the structure
     /// and offsets are checked.
@@ -51,6 +52,8 @@ pub struct ObjectFooter {
     pub row_groups: Vec<RowGroupInfo>,
     pub(super) metadata: ArrowReaderMetadata,
     pub(super) empty_batches: Vec<EmptyBatch>,
+    /// What the content digests cover (by the object's format version).
+    pub(super) digest_kind: DigestKind,
 }
 
 impl ObjectFooter {
@@ -215,6 +218,7 @@ fn read_footer(metadata: ParquetMetaData, file_len: u64) -> Result<ObjectFooter,
         row_groups,
         metadata,
         empty_batches,
+        digest_kind: DigestKind::of_version(version),
     })
 }
 

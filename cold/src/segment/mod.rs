@@ -17,15 +17,15 @@
 //!
 //! Because a rebuilt batch gets a fresh CRC, the batch CRCs can not catch an object whose
 //! bytes rotted in a way Parquet and zstd still decode. So each row group carries a content
-//! digest (`felix.row_group_digests`): a CRC32C over a canonical encoding of what the rebuild
-//! reproduces exactly (see `digest`), computed from the pushed batches when writing and from
-//! the rebuilt rows when reading. A row group whose rebuilt content does not match is
+//! digest (`felix.row_group_digests`): a CRC32C over what the rebuild reproduces exactly
+//! (the rebuilt batches' headers, whose CRCs cover the rest, see `digest`), computed from
+//! the pushed batches when writing and from the rebuilt batches when reading. A row group whose rebuilt content does not match is
 //! refused before any batch of it is returned or cached.
 //!
 //! This module holds what every part shares: the schema, the footer keys, the version and
 //! the errors. Each decision has its own file:
 //! * `encode` — batches in, Parquet out: row group cuts, page layout, the footer written;
-//! * `digest` — the canonical encoding a row group's content digest covers;
+//! * `digest` — what a row group's content digest covers, by format version;
 //! * `footer` — reading and checking a footer: which row group holds an offset or a time;
 //! * `rebuild` — one row group's rows back into record batches (built with felix-wire's
 //!   header and record writers), checked against the digest.
@@ -50,11 +50,14 @@ pub use encode::{SegmentEncoder, encode_to_bytes};
 pub use footer::{ObjectFooter, RowGroupInfo};
 pub use rebuild::{DecodedRowGroup, decode_row_group};
 
-/// The version of the layout below, which this build writes. Version 2 objects always carry
-/// content digests (`felix.row_group_digests`), so one without them is corrupt: a damaged
-/// footer key can not quietly turn the content check off. Version 1 objects (written before
-/// version 2) are read too, with their digests checked when they have them.
-pub const FORMAT_VERSION: u32 = 2;
+/// The version of the layout below, which this build writes. Version 2 and 3 objects always
+/// carry content digests (`felix.row_group_digests`), so one without them is corrupt: a
+/// damaged footer key can not quietly turn the content check off. Versions differ only in
+/// what the digests cover (`digest`): version 3 digests the rebuilt batches' headers,
+/// whose CRCs cover the rest, version 2 a canonical encoding of every record. Version 1
+/// and 2 objects (written before version 3) are read too, with their digests checked when
+/// they have them.
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest version this build reads.
 pub const OLDEST_FORMAT_VERSION: u32 = 1;
 

@@ -20,7 +20,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::errors::ParquetError;
 use parquet::file::reader::{ChunkReader, Length};
 
-use super::digest::{batch_trailer, digest_record_prefix};
+use super::digest::{DigestKind, batch_trailer, digest_record_prefix};
 use super::footer::{ObjectFooter, RowGroupInfo};
 use super::{
     COL_BATCH_ATTRIBUTES, COL_BATCH_OFFSET, COL_GENERATION, COL_HEADERS, COL_KEY, COL_OFFSET,
@@ -132,7 +132,7 @@ pub fn decode_row_group(
     rebuild.digest = rg
         .content_digest
         .filter(|_| super::digest_switch::content_digests_checked())
-        .map(|_| 0);
+        .map(|_| (footer.digest_kind, 0));
     // The Parquet and Arrow readers can panic on some damaged bytes (a flipped bit in a
     // page's definition levels has made arrow-buffer index out of bounds) instead of
     // returning an error; that is corruption too, and must not take the caller down.
@@ -310,7 +310,7 @@ struct Rebuild<'a> {
     /// Where the next batch must start, when no batch is open.
     expect: i64,
     /// The content digest of what was rebuilt so far, if it is to be checked.
-    digest: Option<u32>,
+    digest: Option<(DigestKind, u32)>,
 }
 
 impl<'a> Rebuild<'a> {
@@ -408,9 +408,10 @@ impl<'a> Rebuild<'a> {
             let body_start = record
                 .put(&mut self.out)
                 .map_err(|e| corrupt(&format!("offset {offset}"), e))?;
-            // The record's canonical encoding ends with its body, just written: key, value
-            // and headers, as the encoder digested them from the pushed batch.
-            if let Some(d) = self.digest.as_mut() {
+            // Version 1 and 2 digests: the record's canonical encoding ends with its body,
+            // just written: key, value and headers, as the encoder digested them from the
+            // pushed batch. (Version 3 digests take the batch's header when it is sealed.)
+            if let Some((DigestKind::Records, d)) = self.digest.as_mut() {
                 *d = crc32c_append(*d, &digest_record_prefix(offset, timestamp));
                 *d = crc32c_append(*d, &self.out[body_start..]);
             }
@@ -515,8 +516,13 @@ impl<'a> Rebuild<'a> {
             })?;
         seal_batch(&mut self.out[b.start..], &b.header)
             .map_err(|e| corrupt(&format!("rebuilt batch at {base}"), e))?;
-        if let Some(d) = self.digest.as_mut() {
-            *d = batch_trailer(*d, &b.header, last);
+        match self.digest.as_mut() {
+            Some((DigestKind::Records, d)) => *d = batch_trailer(*d, &b.header, last),
+            // The sealed header: its CRC covers everything after it.
+            Some((DigestKind::BatchHeaders, d)) => {
+                *d = crc32c_append(*d, &self.out[b.start..b.start + BATCH_HEADER_LEN])
+            }
+            None => {}
         }
         self.index
             .push((base as u64, last as u64 + 1, b.start..self.out.len()));
@@ -544,7 +550,7 @@ impl<'a> Rebuild<'a> {
             batches: Bytes::from(self.out),
             index: self.index,
         };
-        Ok((decoded, self.digest))
+        Ok((decoded, self.digest.map(|(_, d)| d)))
     }
 }
 

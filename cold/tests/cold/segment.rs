@@ -541,7 +541,7 @@ async fn footer_metadata_names_the_shard_and_range() {
         .filter_map(|kv| Some((kv.key.clone(), kv.value.clone()?)))
         .collect();
     for (key, value) in [
-        ("felix.format_version", "2".to_owned()),
+        ("felix.format_version", "3".to_owned()),
         ("felix.tenant", "acme".to_owned()),
         ("felix.namespace", "orders".to_owned()),
         ("felix.stream", "created".to_owned()),
@@ -766,7 +766,7 @@ async fn objects_that_are_not_felix_objects_get_typed_errors() {
     let err = ObjectFooter::parse(&plain, plain.len() as u64).expect_err("not Felix");
     assert!(matches!(err, SegmentError::NotFelix(_)), "{err:?}");
 
-    for version in ["3", "0", "two"] {
+    for version in ["4", "0", "two"] {
         let future = foreign_parquet(vec![("felix.format_version", version)]);
         let err = ObjectFooter::parse(&future, future.len() as u64).expect_err("unknown version");
         assert!(
@@ -1020,9 +1020,18 @@ async fn pyarrow_reads_the_records_felix_writes() {
 /// (same length, so the footer stays valid Parquet), and readers no longer find it.
 /// The object as a version 1 object written before content digests existed.
 fn without_digests(object: &Bytes) -> Bytes {
+    strip_digests(object, 3)
+}
+
+/// An object of format `version` relabelled version 1, its digests key renamed.
+fn strip_digests(object: &Bytes, version: u8) -> Bytes {
     let v1 = replace_in_footer(
         object,
-        b"felix.format_version\x18\x012",
+        &[
+            b"felix.format_version\x18\x01".as_slice(),
+            &[b'0' + version],
+        ]
+        .concat(),
         b"felix.format_version\x18\x011",
     );
     replace_in_footer(&v1, b"felix.row_group_digests", b"felix.row_group_digestX")
@@ -1091,8 +1100,20 @@ async fn a_rotted_payload_byte_that_still_decodes_is_refused_by_the_content_dige
             "every row group has a digest"
         );
         check_round_trip(&object, &footer, &log.batches());
-        let legacy = without_digests(&object);
+        assert_payload_flips_caught(&format!("{codec:?}"), &object, 3);
+    }
+}
+
+/// Flips each byte of row group 1's payload column chunk in turn: every flip that decodes
+/// to other records without the digests (the object relabelled version 1 with its digests
+/// key renamed) is refused with the content digest's error when they are checked.
+/// `version` is the object's format version.
+fn assert_payload_flips_caught(codec: &str, object: &Bytes, version: u8) {
+    {
+        let footer = parse_footer(object, ObjectFooter::SUFFIX_HINT);
+        let legacy = strip_digests(object, version);
         let legacy_footer = parse_footer(&legacy, ObjectFooter::SUFFIX_HINT);
+        let object = object.clone();
 
         let n = 1;
         let rg = &footer.row_groups[n];
@@ -1236,6 +1257,20 @@ async fn a_wrong_or_malformed_digest_in_the_footer_is_corruption() {
 async fn decode_cost_of_content_digests() {
     use std::time::{Duration, Instant};
 
+    // As the broker runs (felix_cold::malloc), unless asked for glibc's defaults.
+    let defaults = std::env::var_os("DECODE_COST_GLIBC_DEFAULTS").is_some();
+    if !defaults {
+        assert!(felix_cold::malloc::keep_decode_buffers());
+    }
+    eprintln!(
+        "allocator: {}",
+        if defaults {
+            "glibc defaults"
+        } else {
+            "felix_cold::malloc thresholds"
+        }
+    );
+
     let mut log = Log::starting_at(0);
     let mut x = 0x2545_f491_4f6c_dd1du64;
     // 128 batches of 512 records of ~1 KiB: half text-like (compressible), half random.
@@ -1322,4 +1357,73 @@ async fn decode_cost_of_content_digests() {
         "cached row groups re-indexed with CRC checks: {cached:?} ({:.0} MiB/s)",
         mib(cached)
     );
+}
+
+/// Objects written by the build before format version 3 (version 2: digests over a
+/// canonical encoding of every record), kept as they were written.
+fn v2_fixture(name: &str) -> Bytes {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    Bytes::from(std::fs::read(&path).expect("fixture"))
+}
+
+#[tokio::test]
+async fn a_version_2_object_still_decodes_with_its_digests_checked() {
+    let object = v2_fixture("v2-varied.parquet");
+    let footer = parse_footer(&object, ObjectFooter::SUFFIX_HINT);
+    let version = footer
+        .parquet_metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|kv| kv.key == "felix.format_version"))
+        .and_then(|kv| kv.value.clone());
+    assert_eq!(version.as_deref(), Some("2"));
+    assert!(footer.row_groups.len() >= 8);
+    assert!(
+        footer
+            .row_groups
+            .iter()
+            .all(|rg| rg.content_digest.is_some())
+    );
+    check_round_trip(&object, &footer, &varied_log().batches());
+    // The same log written now: a version 3 object with other digests, same batches.
+    let (current, _) = encode_to_bytes(&varied_log().bytes, &info(), &opts(600))
+        .await
+        .expect("encodes");
+    let current_footer = parse_footer(&current, ObjectFooter::SUFFIX_HINT);
+    assert_eq!(current_footer.row_groups.len(), footer.row_groups.len());
+    for (i, (old, new)) in footer
+        .row_groups
+        .iter()
+        .zip(&current_footer.row_groups)
+        .enumerate()
+    {
+        assert_ne!(old.content_digest, new.content_digest, "row group {i}");
+        assert_eq!(
+            decode_row_group(&footer, i, row_group_bytes(&object, &footer, i))
+                .expect("v2")
+                .batches,
+            decode_row_group(
+                &current_footer,
+                i,
+                row_group_bytes(&current, &current_footer, i)
+            )
+            .expect("v3")
+            .batches,
+            "row group {i}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_rotted_payload_byte_in_a_version_2_object_is_still_refused() {
+    let object = v2_fixture("v2-incompressible.parquet");
+    let footer = parse_footer(&object, ObjectFooter::SUFFIX_HINT);
+    check_round_trip(
+        &object,
+        &footer,
+        &incompressible_log(Compression::Zstd).batches(),
+    );
+    assert_payload_flips_caught("v2 zstd", &object, 2);
 }

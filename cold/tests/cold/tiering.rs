@@ -78,6 +78,8 @@ struct Options {
     row_group_bytes: usize,
     op_timeout: Duration,
     prefetch_row_groups: usize,
+    /// `CacheConfig::head_bytes`: 0 (footer first) unless a test is about heads.
+    head_bytes: u64,
 }
 
 impl Default for Options {
@@ -87,6 +89,7 @@ impl Default for Options {
             row_group_bytes: 4 << 20,
             op_timeout: Duration::from_millis(300),
             prefetch_row_groups: 2,
+            head_bytes: 0,
         }
     }
 }
@@ -154,6 +157,7 @@ impl Rig {
                 read_ahead_bytes: 16 << 20,
                 prefetch_row_groups: opts.prefetch_row_groups,
                 decode_threads: 2,
+                head_bytes: opts.head_bytes,
             },
         )
         .await
@@ -959,6 +963,75 @@ async fn cold_reads_are_cached_survive_failed_gets_and_coalesce_concurrent_fetch
     );
 }
 
+/// A reader starting at an object's first offset with nothing cached gets its first row
+/// group after one round trip: the object's head is fetched beside its footer, not after
+/// it. A head that reaches past the first row groups serves them without a GET of their
+/// own; one shorter than the first row group is completed by a GET of the rest. Every
+/// record comes back once, in order, either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_from_an_objects_start_fetches_its_footer_and_head_in_one_round_trip() {
+    for (head_bytes, whole) in [(1u64 << 20, true), (300, false)] {
+        let mut rig = Rig::start(Options {
+            row_group_bytes: 1024,
+            prefetch_row_groups: 0,
+            head_bytes,
+            op_timeout: Duration::from_secs(3),
+            ..Options::default()
+        })
+        .await;
+        let objects = rig.all_cold(2).await;
+        let o = objects[1].clone();
+        let sent: Vec<Sent> = rig
+            .sent
+            .iter()
+            .filter(|s| s.base >= o.base_offset && s.last <= o.last_offset)
+            .cloned()
+            .collect();
+        let latency = Duration::from_millis(250);
+        rig.faults.set_latency(latency);
+        let gets = rig.faults.gets();
+        let started = Instant::now();
+        let first = rig
+            .shard
+            .read(o.base_offset, 1, None)
+            .await
+            .expect("cold read");
+        let elapsed = started.elapsed();
+        assert_eq!(first.tier, Tier::Cold);
+        assert!(first.next_offset > o.base_offset);
+        if whole {
+            // Footer and head, each one GET: two round trips would take twice the latency.
+            assert_eq!(rig.faults.gets() - gets, 2, "footer and head only");
+            assert!(
+                elapsed < latency * 2,
+                "first row group after {elapsed:?}, one round trip is {latency:?}"
+            );
+        }
+        rig.faults.set_latency(Duration::ZERO);
+        let read = read_whole_object(&rig.shard, o.clone())
+            .await
+            .expect("the whole object");
+        let got: Vec<(Tier, DecodedBatch)> = decode_all(&read.batches)
+            .into_iter()
+            .map(|b| (read.tier, b))
+            .collect();
+        assert_same_batches(&got, &sent);
+        let footer = rig.cache.footer(&object_ref(&o)).await.expect("footer");
+        if whole {
+            assert_eq!(
+                rig.faults.gets() - gets,
+                2,
+                "{} row groups, all from the head",
+                footer.row_groups.len()
+            );
+        } else {
+            // The head covers part of the first row group only: every row group still
+            // costs one GET (the first one its rest), plus the footer and the head.
+            assert_eq!(rig.faults.gets() - gets, 2 + footer.row_groups.len() as u64);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_ahead_runs_on_into_the_next_object_before_the_reader_gets_there() {
     let mut rig = Rig::start(Options {
@@ -1192,4 +1265,113 @@ async fn an_uploader_stops_when_its_shard_goes_away() {
             })
             .expect("uploader task");
     }
+}
+
+/// What a reader starting at an object's first offset waits for its first batch, with
+/// nothing cached, from a store answering every GET after 30 ms at 100 MB/s per GET
+/// (issue 27's case): with the object's head fetched beside its footer, and with the footer
+/// fetched first (`head_bytes` 0). A 16 MiB object of 1 KiB incompressible records in 4 MiB
+/// row groups; each trial opens an empty cache; interleaved, best and median of 7 each. Run
+/// in release:
+/// `cargo test --release -p felix-cold --test cold first_record_cost -- --ignored --nocapture`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, run by hand in release"]
+async fn first_record_cost_with_and_without_the_head() {
+    use felix_cold::store::SimulatedLatency;
+    use felix_wire::batch::stamp_base_offset;
+
+    felix_cold::malloc::keep_decode_buffers();
+    let mut log = Vec::new();
+    let mut next = 0i64;
+    for b in 0..(16u64 << 10) / 64 {
+        let mut builder = BatchBuilder::new(Compression::None);
+        for r in 0..64u64 {
+            builder.push(Record {
+                offset: 0,
+                timestamp: T0 + next + r as i64,
+                key: None,
+                value: Some(Bytes::from(pattern(1024, b * 64 + r))),
+                headers: Vec::new(),
+            });
+        }
+        let mut batch = builder.build().expect("batch");
+        stamp_base_offset(&mut batch, next);
+        next += 64;
+        log.extend_from_slice(&batch);
+    }
+    let row_group_bytes = 4 << 20;
+    let info = ObjectInfo {
+        tenant: "acme".into(),
+        namespace: "prod".into(),
+        stream: "orders".into(),
+        shard: 0,
+    };
+    let opts = EncodeOptions {
+        row_group_bytes,
+        ..EncodeOptions::default()
+    };
+    let (object, summary) = encode_to_bytes(&log, &info, &opts).await.expect("encodes");
+    let store = TierStore::open(&StoreConfig {
+        url: "memory://".into(),
+        simulated: SimulatedLatency {
+            first_byte: Duration::from_millis(30),
+            bytes_per_sec: 100_000_000,
+            ..SimulatedLatency::default()
+        },
+        ..StoreConfig::default()
+    })
+    .await
+    .expect("store");
+    let size = object.len() as u64;
+    store.put("o", object).await.expect("put");
+    let objref = ObjectRef {
+        key: "o".into(),
+        size,
+        version: "1".into(),
+        base_offset: 0,
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let trial = |head_bytes: u64| {
+        let (store, objref, dir) = (store.clone(), objref.clone(), dir.path().join("c"));
+        async move {
+            let cache = ColdCache::open(
+                store,
+                CacheConfig {
+                    disk_bytes: 0,
+                    prefetch_row_groups: 0,
+                    head_bytes,
+                    ..CacheConfig::new(dir)
+                },
+            )
+            .await
+            .expect("cache");
+            let started = Instant::now();
+            let read = cache
+                .read(&objref, 0, 1, summary.last_offset + 1)
+                .await
+                .expect("read");
+            let elapsed = started.elapsed();
+            assert!(read.next_offset > 0);
+            cache.close().await;
+            elapsed
+        }
+    };
+    let head_bytes = felix_cold::cache::head_bytes_for(row_group_bytes);
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..7 {
+        with.push(trial(head_bytes).await);
+        without.push(trial(0).await);
+    }
+    with.sort();
+    without.sort();
+    eprintln!(
+        "object {} MiB in {} row groups; first batch with the head: best {:?}, median {:?}; \
+         footer first: best {:?}, median {:?}",
+        size >> 20,
+        summary.row_groups,
+        with[0],
+        with[3],
+        without[0],
+        without[3]
+    );
 }

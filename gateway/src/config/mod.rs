@@ -181,6 +181,7 @@ impl BrokerConfig {
             prefetch_row_groups: self.cold_prefetch_row_groups,
             read_ahead_bytes: self.cold_read_ahead_bytes,
             decode_threads: self.cold_decode_threads,
+            head_bytes: felix_cold::cache::head_bytes_for(self.tier_row_group_bytes),
             ..felix_cold::cache::CacheConfig::new(
                 self.cache_dir
                     .clone()
