@@ -157,6 +157,12 @@ impl Faults {
         self.state.max_in_flight.load(Ordering::SeqCst)
     }
 
+    /// Starts counting [`Faults::max_in_flight`] again from the calls in progress now.
+    pub fn reset_max_in_flight(&self) {
+        let now = self.state.in_flight.load(Ordering::SeqCst);
+        self.state.max_in_flight.store(now, Ordering::SeqCst);
+    }
+
     /// Admits one call: counts it, waits out the latency and any hang, and fails it if the
     /// store is down. The returned guard keeps the call counted as in flight.
     async fn enter(&self, call: Call) -> object_store::Result<InFlight> {
