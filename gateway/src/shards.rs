@@ -45,10 +45,6 @@ pub(crate) struct Shards {
     /// Hot history blocks shared by catching-up subscribers of every shard.
     pub(crate) hot_reads: Arc<felix_hot::ReadCache>,
     tier_observer: Arc<dyn TierObserver>,
-    /// Turns true once the start-up sweep of deleted streams and moved replicas is done;
-    /// placements are acted on only after it, so a placement replayed from the control
-    /// plane's history does not open a shard the sweep is about to remove.
-    swept: watch::Sender<bool>,
 }
 
 impl Shards {
@@ -65,7 +61,6 @@ impl Shards {
             tier_store,
             cold_cache,
             tier_observer,
-            swept: watch::channel(false).0,
         }
     }
 
@@ -460,7 +455,6 @@ pub(crate) async fn open_durable_shards(shards: Weak<Shards>) {
                     warn!(error = %e, "no linearizable read of the streams; deleted streams' files stay until the next start")
                 }
             }
-            b.swept.send_replace(true);
             let streams: Vec<(String, String, String)> = b
                 .node
                 .registry
@@ -485,13 +479,6 @@ pub(crate) async fn open_durable_shards(shards: Weak<Shards>) {
 /// Cluster mode: hands every placement that names this broker to its shard (opening the
 /// shard if needed), so each shard's driver takes the role the control plane gives it.
 pub(crate) async fn watch_placements(shards: Weak<Shards>) {
-    let mut swept = match shards.upgrade() {
-        Some(b) => b.swept.subscribe(),
-        None => return,
-    };
-    if swept.wait_for(|done| *done).await.is_err() {
-        return;
-    }
     let mut registry = match shards.upgrade() {
         Some(b) => b.node.registry.clone(),
         None => return,
