@@ -96,40 +96,32 @@ impl Shards {
             .sum()
     }
 
-    /// Removes the local files of shards `elsewhere` (stream key → shards placed only on
-    /// other brokers), at start. Each is checked again under the open-shard lock, which
-    /// opening a shard holds: one placed here again meanwhile keeps its files.
-    fn remove_moved_replicas(&self, elsewhere: &HashMap<String, Vec<u32>>) {
+    /// Removes the local files of `shards` (placed only on other brokers), at start. Each is
+    /// checked again under the open-shard lock, which opening a shard holds: one placed here
+    /// again meanwhile keeps its files.
+    fn remove_moved_replicas(&self, shards: &[ShardKey]) {
         let me = self.node.config.node_id;
-        for (stream, shards) in elsewhere {
-            let mut parts = stream.splitn(3, '/');
-            let (Some(t), Some(n), Some(s)) = (parts.next(), parts.next(), parts.next()) else {
+        for key in shards {
+            let mut open = self.open.lock();
+            let placed_here = self
+                .node
+                .registry
+                .borrow()
+                .placements
+                .get(key)
+                .is_none_or(|p| p.replicas.contains(&me) || p.leader == Some(me));
+            if placed_here {
                 continue;
-            };
-            let dir = self.stream_dir(t, n, s);
-            for &shard in shards {
-                let key = shard_key(t, n, s, shard);
-                let mut open = self.open.lock();
-                let placed_here = self
-                    .node
-                    .registry
-                    .borrow()
-                    .placements
-                    .get(&key)
-                    .is_none_or(|p| p.replicas.contains(&me) || p.leader == Some(me));
-                if placed_here {
-                    continue;
-                }
-                // Opened meanwhile from the control plane's history as it was replayed at
-                // start (a placement that named this broker then): closed, as a deleted
-                // stream's shard is; its group journal is let go by the groups' next pass.
-                if let Some(s) = open.remove(&key) {
-                    s.close();
-                }
-                if crate::stream_files::remove_replica_files(&dir, shard) {
-                    info!(shard = %key, "removed the files of a replica now placed on other brokers");
-                }
-                drop(open);
+            }
+            // Opened meanwhile from the control plane's history as it was replayed at
+            // start (a placement that named this broker then): closed, as a deleted
+            // stream's shard is; its group journal is let go by the groups' next pass.
+            if let Some(s) = open.remove(key) {
+                s.close();
+            }
+            let dir = self.stream_dir(&key.tenant, &key.namespace, &key.stream);
+            if crate::stream_files::remove_replica_files(&dir, key.shard) {
+                info!(shard = %key, "removed the files of a replica now placed on other brokers");
             }
         }
     }

@@ -90,29 +90,23 @@ fn stream_dirs(streams_root: &Path) -> Vec<(String, PathBuf)> {
 pub struct LiveStreams {
     pub streams: HashMap<String, u64>,
     pub handed_out: u64,
-    /// In a cluster, each live stream's shards placed only on other brokers (moved away
-    /// from this one, or never here): their local files are a copy nobody reads.
-    pub elsewhere: HashMap<String, Vec<u32>>,
+    /// In a cluster, the shards placed only on other brokers (moved away from this one, or
+    /// never here): their local files are a copy nobody reads.
+    pub elsewhere: Vec<felix_meta::model::ShardKey>,
 }
 
 impl LiveStreams {
     /// `me` is this broker in a cluster; `None` on a single node, which holds every shard.
     pub fn of(state: &felix_meta::model::MetaState, me: Option<u64>) -> LiveStreams {
-        let mut elsewhere: HashMap<String, Vec<u32>> = HashMap::new();
-        if let Some(me) = me {
-            for (k, p) in &state.placements {
-                if !p.replicas.contains(&me) && p.leader != Some(me) {
-                    elsewhere
-                        .entry(felix_meta::model::stream_key(
-                            &k.tenant,
-                            &k.namespace,
-                            &k.stream,
-                        ))
-                        .or_default()
-                        .push(k.shard);
-                }
-            }
-        }
+        let elsewhere = match me {
+            Some(me) => state
+                .placements
+                .iter()
+                .filter(|(_, p)| !p.replicas.contains(&me) && p.leader != Some(me))
+                .map(|(k, _)| k.clone())
+                .collect(),
+            None => Vec::new(),
+        };
         LiveStreams {
             streams: state
                 .streams

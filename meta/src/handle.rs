@@ -375,6 +375,18 @@ impl MetaHandle {
             .map_err(|e| self.membership_error(e))
     }
 
+    /// Whether node `id` is a member (voter or learner) of the group, as this node knows.
+    pub fn is_member(&self, id: NodeId) -> bool {
+        self.inner
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .is_some()
+    }
+
     /// Takes node `id` out of the group through the leader: demoted from the voters if it
     /// votes, then removed. Nothing to do if it is not a member. Refused if it would leave
     /// no voter. Works on any node (the change is sent to the leader's membership route).

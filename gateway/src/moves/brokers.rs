@@ -113,15 +113,7 @@ pub(crate) async fn remove(broker: &Broker, id: u64) -> Result<(), ErrorBody> {
         ));
     }
     let registered = node.meta.local(|s| s.brokers.contains_key(&id));
-    let member = node
-        .meta
-        .raft()
-        .metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .get_node(&id)
-        .is_some();
+    let member = node.meta.is_member(id);
     if !registered && !member {
         return Err(err(
             codes::INVALID_ARGUMENT,

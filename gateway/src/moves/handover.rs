@@ -123,17 +123,7 @@ async fn hand_over(
     other_logs_copied(&b, shard, m.to, deadline).await?;
     if quorum {
         // The mark may have reached `end` before the new replica did: record it in sync.
-        let ends = repl.mark.ends(me, end);
-        let replicas = repl
-            .placement
-            .borrow()
-            .as_ref()
-            .map(|p| p.replicas.clone())
-            .unwrap_or_default();
-        let in_sync: BTreeSet<u64> = replicas
-            .into_iter()
-            .filter(|r| ends.get(r).copied().unwrap_or(0) >= end)
-            .collect();
+        let in_sync = in_sync_at(repl, repl.mark.ends(me, end), end);
         let report = Command::ReportReplicas {
             shard: shard.key.clone(),
             generation,
@@ -184,16 +174,7 @@ async fn finish(
         let ends = repl
             .mark
             .ends(me, shard.log.as_ref().map_or(0, |l| l.next_offset()));
-        let replicas = repl
-            .placement
-            .borrow()
-            .as_ref()
-            .map(|p| p.replicas.clone())
-            .unwrap_or_default();
-        let in_sync: BTreeSet<u64> = replicas
-            .into_iter()
-            .filter(|r| ends.get(r).copied().unwrap_or(0) >= mark)
-            .collect();
+        let in_sync = in_sync_at(repl, ends, mark);
         let recorded = b.meta.replication(&shard.key);
         if mark > 0 && !recorded.is_some_and(|r| r.in_sync.contains(&m.to)) {
             let report = Command::ReportReplicas {
@@ -315,4 +296,20 @@ async fn wait_until(deadline: Instant, mut ready: impl FnMut() -> bool) -> Resul
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// The replicas of the shard's current placement whose reported end (`ends`) reaches `at`.
+fn in_sync_at(
+    repl: &ReplState,
+    ends: std::collections::HashMap<u64, u64>,
+    at: u64,
+) -> BTreeSet<u64> {
+    repl.placement
+        .borrow()
+        .as_ref()
+        .map(|p| p.replicas.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| ends.get(r).copied().unwrap_or(0) >= at)
+        .collect()
 }

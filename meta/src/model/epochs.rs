@@ -51,6 +51,18 @@ impl Placement {
             .find(|e| e.generation > generation)
             .map(|e| e.start_offset)
     }
+
+    /// Starts the next generation, led by `leader`, its epoch beginning at `start`; returns
+    /// the new generation.
+    pub(super) fn lead_from(&mut self, leader: u64, start: u64) -> u64 {
+        self.generation += 1;
+        self.leader = Some(leader);
+        self.epochs.push(EpochStart {
+            generation: self.generation,
+            start_offset: start,
+        });
+        self.generation
+    }
 }
 
 impl MetaState {
@@ -108,12 +120,8 @@ impl MetaState {
             epochs: Vec::new(),
             moving: None,
         });
-        if new_leader.is_some() {
-            entry.generation += 1;
-            entry.epochs.push(EpochStart {
-                generation: entry.generation,
-                start_offset: committed,
-            });
+        if let Some(l) = new_leader {
+            entry.lead_from(l, committed);
         }
         entry.replicas = replicas.to_vec();
         entry.leader = leader;

@@ -15,7 +15,7 @@ use super::command::Applied;
 use super::errors::CommandError;
 use super::names::ShardKey;
 use super::settings::Consistency;
-use super::state::{EpochStart, MetaState};
+use super::state::MetaState;
 
 impl MetaState {
     /// [`Command::ForceLeader`](super::Command::ForceLeader).
@@ -70,14 +70,8 @@ impl MetaState {
             )));
         }
         let p = self.placements.get_mut(shard).expect("checked above");
-        p.generation += 1;
-        p.leader = Some(to);
         p.moving = None;
-        p.epochs.push(EpochStart {
-            generation: p.generation,
-            start_offset: end,
-        });
-        let generation = p.generation;
+        let generation = p.lead_from(to, end);
         if let Some(r) = self.replication.get_mut(shard) {
             r.generation = generation;
             r.in_sync = std::collections::BTreeSet::from([to]);

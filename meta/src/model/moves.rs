@@ -21,7 +21,7 @@ use super::command::{Applied, Command};
 use super::errors::{CommandError, missing};
 use super::names::ShardKey;
 use super::settings::{Consistency, Durability};
-use super::state::{EpochStart, MetaState, Placement, ShardMove};
+use super::state::{MetaState, Placement, ShardMove};
 
 fn invalid<T>(m: String) -> Result<T, CommandError> {
     Err(CommandError::Invalid(m))
@@ -173,13 +173,7 @@ impl MetaState {
             ));
         }
         let p = self.placements.get_mut(shard).expect("checked above");
-        p.generation += 1;
-        p.leader = Some(to);
-        p.epochs.push(EpochStart {
-            generation: p.generation,
-            start_offset: end,
-        });
-        let generation = p.generation;
+        let generation = p.lead_from(to, end);
         // Unlike a failover, the in-sync set stays: every replica in it holds the whole old
         // log up to `end`, where the new generation starts, so if the new leader dies before
         // its first report, failover can still promote one of them.
