@@ -14,6 +14,7 @@ mod broker {
     mod bad_input;
     mod broker_ops;
     mod cache;
+    mod cache_staged;
     mod cluster;
     mod cold_replay;
     mod common;

@@ -14,6 +14,7 @@
 //! * [`record`] — a change as a log record (log-backed caches).
 //! * `replay.rs` — rebuilding a shard's state from its log (restart, new owner).
 //! * `ops.rs` — put, get, delete, counters and conditional writes at the owner.
+//! * `commit.rs` — a change staged in order under the shard's lock, written outside it.
 //! * `admin.rs` — create, describe, list and drop.
 //! * `requests.rs` — the QUIC requests (and those forwarded here), answered here or
 //!   forwarded to the owner.
@@ -25,11 +26,13 @@
 //! * [`metrics`] — the cache metrics.
 //!
 //! Invariant: a shard's entries change only at the broker leading the shard, under the
-//! shard's lock, in the order its changes are written to the log (log-backed) — so one
-//! owner applies each key's changes in order and no write is torn — and a log-backed change
-//! is applied only once its record is written.
+//! shard's lock, in the order the log accepts its changes (log-backed) — so one owner
+//! applies each key's changes in order and no write is torn — and nothing is answered from
+//! a log-backed change until its record is written: neither its writer's acknowledgement,
+//! nor a read that saw it, nor a watch (`commit.rs`).
 
 pub(crate) mod admin;
+pub(crate) mod commit;
 pub(crate) mod forward;
 pub mod metrics;
 pub(crate) mod moving;
@@ -112,6 +115,8 @@ impl Broker {
             quorum: settings.consistency == Consistency::Quorum,
             state: tokio::sync::Mutex::new(KvState::default()),
             changes: broadcast::channel(WATCH_BUFFER).0,
+            unwritten: Default::default(),
+            lost: Default::default(),
         });
         if let Some(old) = open.insert(key.clone(), c.clone()) {
             self.forget_memory(&old);

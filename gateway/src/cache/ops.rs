@@ -3,9 +3,9 @@
 //!
 //! Decides what an acknowledgement means. Every change is made under the shard's lock:
 //! the state is brought up to date with the log, the condition is checked against it, the
-//! change is written (log-backed: appended and written under the fsync policy; a write the
-//! storage refuses is answered as an error and never applied), then applied and broadcast
-//! to the watches. After the lock is released, a replicated shard settles the answer: a
+//! change is accepted by the log at the state's end and applied (`commit.rs`). After the
+//! lock is released the change's write is waited for (under the fsync policy; a write the
+//! storage refuses is answered as an error), then a replicated shard settles the answer: a
 //! Quorum cache waits until a majority holds the write and the owner still leads
 //! (`quorum_timeout` / `leadership_lost` otherwise: outcome unknown); a Leader cache
 //! re-checks the lease. A Quorum read waits until a majority holds everything up to the
@@ -16,14 +16,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use felix_meta::model::ShardKey;
-use felix_wire::cache::{CacheChange, ChangeKind, Condition};
+use felix_wire::cache::Condition;
 use felix_wire::protocol::{ErrorBody, codes};
 
-use super::record::{LogOp, encode};
+use super::record::LogOp;
 use super::state::{KvState, check_condition, counter_value};
-use super::{CacheShard, Change, now_ms};
+use super::{CacheShard, now_ms};
 use crate::broker::Broker;
-use crate::errors::{err, log_error};
+use crate::errors::err;
 
 /// A value found by a get.
 #[derive(Debug, Clone)]
@@ -35,76 +35,6 @@ pub(crate) struct Found {
 }
 
 impl Broker {
-    /// Writes `ops` (log-backed: to the log, waiting for the write), then applies them and
-    /// tells the watches. The log offset of the last one, for a log-backed shard.
-    pub(crate) async fn commit_changes(
-        &self,
-        cs: &CacheShard,
-        st: &mut KvState,
-        ops: Vec<LogOp>,
-    ) -> Result<Option<u64>, ErrorBody> {
-        let mut last = None;
-        if let Some(log) = &cs.shard.log {
-            let batch = encode(ops.clone(), now_ms() as i64).map_err(|e| {
-                err(
-                    codes::INTERNAL,
-                    "internal",
-                    format!("encode a cache change: {e}"),
-                )
-            })?;
-            self.disk.check(batch.len() as u64)?;
-            let ticket = {
-                // The append lock a shard move's hand-over takes after raising its fence: a
-                // change is appended before the hand-over reads the log's end, or not here
-                // (held, then sent to the new owner: `cache/moving.rs`).
-                let _order = cs.shard.producers.lock().await;
-                if !crate::moves::hold::may_append(&cs.shard) {
-                    return Err(crate::moves::hold::fenced_at_append(&cs.shard));
-                }
-                log.append(batch).await.map_err(|e| log_error(&e))?
-            };
-            let (_, l) = ticket.committed().await.map_err(|e| log_error(&e))?;
-            st.applied_end = l + 1;
-            last = Some(l);
-        }
-        for op in &ops {
-            st.apply(op);
-            let (key, kind, version, value) = match op {
-                LogOp::Put {
-                    key,
-                    value,
-                    version,
-                    ..
-                } => (key, ChangeKind::Put, *version, value.clone()),
-                LogOp::Delete {
-                    key,
-                    version,
-                    expired,
-                } => (
-                    key,
-                    if *expired {
-                        ChangeKind::Expire
-                    } else {
-                        ChangeKind::Delete
-                    },
-                    *version,
-                    Bytes::new(),
-                ),
-                LogOp::Floor { .. } => continue,
-            };
-            // No watcher is not an error.
-            let _ = cs.changes.send(Change {
-                change: CacheChange {
-                    key: key.clone(),
-                    kind,
-                    version,
-                },
-                value,
-            });
-        }
-        Ok(last)
-    }
-
     /// After the lock: what a replicated shard owes before it acknowledges a write.
     async fn settle_write(&self, cs: &CacheShard, last: Option<u64>) -> Result<(), ErrorBody> {
         let Some(repl) = &cs.shard.repl else {
@@ -184,12 +114,13 @@ impl Broker {
                 version,
                 expires_at: ttl_ms.map(|t| now.saturating_add(t)),
             };
-            let last = self.commit_changes(&cs, &mut st, vec![op]).await?;
+            let staged = self.stage_changes(&cs, &mut st, vec![op]).await?;
             if !cs.durable {
                 self.account_memory(&cs, &mut st, before, k, now);
             }
-            (version, last)
+            (version, staged)
         };
+        let last = last.written(&cs).await?;
         self.settle_write(&cs, last).await?;
         Ok(version)
     }
@@ -230,7 +161,7 @@ impl Broker {
         k: &str,
     ) -> Result<Option<Found>, ErrorBody> {
         let cs = self.cache_shard(key)?;
-        let (found, tail) = {
+        let (found, tail, lost) = {
             let mut st = cs.state.lock().await;
             self.catch_up(&cs, &mut st).await?;
             let now = now_ms();
@@ -243,8 +174,9 @@ impl Broker {
             if found.is_none() && !cs.durable && st.remove(k).is_some() {
                 self.node.metrics.cache.expired(&cs.key, &cs.cache, 1);
             }
-            (found, st.applied_end)
+            (found, st.applied_end, cs.lost.load(Ordering::Acquire))
         };
+        self.wait_written(&cs, tail, lost).await?;
         self.settle_read(&cs, tail).await?;
         Ok(found)
     }
@@ -272,12 +204,16 @@ impl Broker {
                     version: st.next_version(),
                     expired: false,
                 };
-                let last = self.commit_changes(&cs, &mut st, vec![op]).await?;
+                let staged = self.stage_changes(&cs, &mut st, vec![op]).await?;
                 if !cs.durable {
                     self.release_memory(before.saturating_sub(st.bytes()));
                 }
-                (true, last)
+                (true, Some(staged))
             }
+        };
+        let last = match last {
+            Some(staged) => staged.written(&cs).await?,
+            None => None,
         };
         self.settle_write(&cs, last).await?;
         Ok(existed)
@@ -316,12 +252,13 @@ impl Broker {
                 version,
                 expires_at,
             };
-            let last = self.commit_changes(&cs, &mut st, vec![op]).await?;
+            let staged = self.stage_changes(&cs, &mut st, vec![op]).await?;
             if !cs.durable {
                 self.account_memory(&cs, &mut st, before, k, now);
             }
-            (value, version, last)
+            (value, version, staged)
         };
+        let last = last.written(&cs).await?;
         self.settle_write(&cs, last).await?;
         Ok((value, version))
     }

@@ -5,7 +5,7 @@
 //! cache's shard is another [`Shard`], so its state starts afresh (see
 //! `Broker::cache_shard`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -27,6 +27,10 @@ pub(crate) struct Change {
     pub value: Bytes,
 }
 
+/// Watch changes staged but not yet written, each batch with its last log offset
+/// (`commit.rs` sends them on once written).
+pub(crate) type Unwritten = parking_lot::Mutex<VecDeque<(u64, Vec<Change>)>>;
+
 /// One cache shard this broker owns (or owned): its entries and its watchers.
 pub(crate) struct CacheShard {
     pub key: ShardKey,
@@ -37,6 +41,11 @@ pub(crate) struct CacheShard {
     pub quorum: bool,
     pub state: tokio::sync::Mutex<KvState>,
     pub changes: broadcast::Sender<Change>,
+    /// Watch changes staged but not yet written (log-backed; `commit.rs`).
+    pub unwritten: Unwritten,
+    /// Staged writes found lost (failed, or dropped by a rebuild): a read that saw state
+    /// from before a change of this count does not answer from it.
+    pub lost: AtomicU64,
 }
 
 /// The cache shards open on this broker, and the memory the in-memory ones hold.

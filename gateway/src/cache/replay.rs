@@ -65,6 +65,19 @@ fn read_changes(log: &ShardLog, from: u64, to: u64) -> Result<(Vec<LogOp>, u64),
     Ok((ops, offset.max(from)))
 }
 
+/// How long a rebuild waits for writes staged before it to settle.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits (bounded) until the log has written or given back everything it accepted.
+async fn settle_staged(log: &ShardLog) {
+    let mut written = log.watch_committed();
+    let _ = tokio::time::timeout(
+        SETTLE_WAIT,
+        written.wait_for(|end| *end >= log.next_offset()),
+    )
+    .await;
+}
+
 impl Broker {
     /// Brings `st` up to date with the shard's log and generation (see the module doc).
     pub(crate) async fn catch_up(
@@ -93,8 +106,20 @@ impl Broker {
             }
             return Ok(());
         };
+        let ahead = log.next_offset() < st.applied_end;
+        let rebuild = st.built_at != Some(generation) || ahead;
+        if rebuild {
+            // Writes staged before this rebuild are settled first (written, or failed and
+            // given back), so the log read below is all the log will hold of them.
+            settle_staged(&log).await;
+            // The state held changes the log no longer does (a write failed and its offsets
+            // were given back) or another owner's: reads that saw it must not answer, and
+            // their watch changes are never sent.
+            cs.lost.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            super::commit::release_written(cs);
+            cs.unwritten.lock().clear();
+        }
         let end = log.committed_offset();
-        let rebuild = st.built_at != Some(generation) || log.next_offset() < st.applied_end;
         let from = if rebuild { 0 } else { st.applied_end };
         if !rebuild && from >= end {
             return Ok(());

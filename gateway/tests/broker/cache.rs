@@ -859,6 +859,11 @@ async fn cache_on_a_three_broker_cluster() {
         r.expect("tenant and namespace");
     }
     counter_adds_through_every_broker_are_never_lost(&cluster, &client).await;
+    super::cache_staged::a_staged_put_is_seen_by_nobody_until_written_and_a_lost_one_is_forgotten(
+        &mut cluster,
+        &client,
+    )
+    .await;
     a_quorum_caches_acknowledged_put_survives_killing_its_owner(&mut cluster, &client).await;
 }
 

@@ -102,7 +102,7 @@ fn code_and_reason(e: &ClientError) -> (u16, String) {
     }
 }
 
-async fn set_writes_stalled(broker: &Broker, stalled: bool) {
+pub(super) async fn set_writes_stalled(broker: &Broker, stalled: bool) {
     let method = if stalled { "POST" } else { "DELETE" };
     let (status, body) = http_request(broker.admin_addr, method, "/v1/faults/stall_writes")
         .await
@@ -127,7 +127,7 @@ async fn lease_remaining(broker: &Broker) -> Duration {
 /// Waits until the broker's lease holds more (`above`) or less than `bound`: renewals are
 /// steady again after a heal (each leaves at least three quarters of the lease), or the cut
 /// has eaten into it.
-async fn await_lease(broker: &Broker, above: bool, bound: Duration) {
+pub(super) async fn await_lease(broker: &Broker, above: bool, bound: Duration) {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while (lease_remaining(broker).await > bound) != above {
         assert!(
