@@ -155,6 +155,12 @@ impl Subscription {
     pub fn next_offset(&self) -> u64 {
         self.next_offset
     }
+    /// Records already received and not yet returned by [`Subscription::next_event`]: the
+    /// rest of the frame last read. The broker sizes a replay's frames by the connection's
+    /// share of `subscriber_egress_max_bytes`, so this shows how much one frame carried.
+    pub fn buffered(&self) -> usize {
+        self.pending.len()
+    }
 
     /// The next record. `Ok(None)` when the broker ended the subscription cleanly;
     /// [`ClientError::SubscriptionLagged`] when it ended it because this subscriber fell

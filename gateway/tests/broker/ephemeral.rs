@@ -5,7 +5,7 @@
 //!   from subscribers and nothing redelivered; every publish answered when it is queued,
 //!   also while a subscriber reads nothing; a slow subscriber's drops counted in
 //!   `felix_sub_queue_dropped_total` and not announced; a re-sent idempotent batch offered
-//!   once.
+//!   once; a restart keeps the stream and none of its records.
 //! * On a cluster of three: a shard has one leader, so a subscriber on one broker receives
 //!   what is published through another; `felixctl subscribe` on any broker follows the
 //!   hint; a re-sent idempotent batch through a forwarding broker lands once; when the
@@ -90,7 +90,7 @@ fn text(e: &Event) -> String {
 async fn ephemeral_streams_on_one_broker() {
     // A small queue, so a stalled subscriber overflows after little more than its QUIC
     // window.
-    let broker =
+    let mut broker =
         Broker::start(BrokerOptions::new().env("FELIX_SUBSCRIBER_QUEUE_CAPACITY", 4)).await;
     let client = broker.client().await;
     ephemeral_stream(&client, "live").await;
@@ -99,6 +99,7 @@ async fn ephemeral_streams_on_one_broker() {
     an_ephemeral_stream_answers_when_the_publish_is_queued_and_drops_unannounced(&broker).await;
     ephemeral_stream(&client, "idem").await;
     an_idempotent_batch_resent_to_an_ephemeral_stream_is_offered_once(&client).await;
+    an_ephemeral_stream_outlives_a_restart_with_none_of_its_records(&mut broker).await;
 }
 
 /// Published records reach a live subscriber, in order. The subscriber acknowledges
@@ -325,6 +326,32 @@ async fn an_idempotent_batch_resent_to_an_ephemeral_stream_is_offered_once(clien
         refused.as_ref().err().and_then(|e| e.code()),
         Some(codes::OUT_OF_ORDER_SEQUENCE),
         "{refused:?}"
+    );
+}
+
+/// A restart (SIGKILL, then the same data directory) keeps the stream, whose name and
+/// settings live in the control plane, and none of its records: they were only ever in
+/// memory. A subscriber asking for the earliest offset gets only what is published after
+/// it joined, and the stream takes publishes as before.
+async fn an_ephemeral_stream_outlives_a_restart_with_none_of_its_records(broker: &mut Broker) {
+    broker.restart().await;
+    let client = broker.client().await;
+    let info = client
+        .describe_stream(T, NS, "live")
+        .await
+        .expect("the stream outlives the restart");
+    assert_eq!(info.config.durable, Some(false));
+    let mut sub = client
+        .subscribe(T, NS, "live", 0, StartAt::Earliest)
+        .await
+        .expect("subscribe after the restart");
+    let (first, _) = publish(&client, "live", &[Bytes::from("after-restart")]).await;
+    let events = read_until(&mut sub, first + 1, "subscriber after the restart").await;
+    let got: Vec<(u64, String)> = events.iter().map(|e| (e.offset, text(e))).collect();
+    assert_eq!(
+        got,
+        vec![(first, "after-restart".into())],
+        "nothing published before the restart is replayed"
     );
 }
 

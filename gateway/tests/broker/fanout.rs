@@ -4,7 +4,8 @@
 //! a fast subscriber beside it receives everything; resubscribing from the resume offset
 //! yields the rest with no gap. A client without the lagged feature keeps its subscription
 //! past a drop; falling behind is logged once per episode; a subscriber that stops reading
-//! holds no more than its queue's byte bound.
+//! holds no more than its queue's byte bound, and a replay is sent a connection's egress
+//! share at a time.
 
 use bytes::Bytes;
 use felix_client::{
@@ -439,6 +440,9 @@ async fn a_subscriber_that_stops_reading_holds_at_most_its_queue_bytes_while_oth
     /// stream (16 MiB) takes in before the broker must hold the rest.
     const BATCHES: u64 = 256;
     const QUEUE_MAX_BYTES: usize = 1 << 20;
+    /// Well below one live batch (sent whole anyway), and small enough that a replay's
+    /// frames show the share.
+    const EGRESS_MAX_BYTES: usize = 16 << 10;
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("felix.toml");
     std::fs::write(
@@ -447,7 +451,7 @@ async fn a_subscriber_that_stops_reading_holds_at_most_its_queue_bytes_while_oth
             "# The spec's example, with a byte bound small enough to reach.\n\
              subscriber_queue_capacity = 4096\n\
              subscriber_queue_max_bytes = {QUEUE_MAX_BYTES}\n\
-             subscriber_egress_max_bytes = {QUEUE_MAX_BYTES}\n\
+             subscriber_egress_max_bytes = {EGRESS_MAX_BYTES}\n\
              subscriber_writer_lanes = 4\n\
              subscriber_lane_shard = \"auto\"\n"
         ),
@@ -536,5 +540,90 @@ async fn a_subscriber_that_stops_reading_holds_at_most_its_queue_bytes_while_oth
         "broker RSS grew {} MiB while a stalled subscriber's queue is bounded to {} MiB",
         grown >> 20,
         QUEUE_MAX_BYTES >> 20
+    );
+
+    a_replay_is_sent_in_frames_of_each_subscriptions_egress_share(&broker, &publisher, TENANT)
+        .await;
+}
+
+/// Records of a replay, each about 1 KiB stored (with its batch's header).
+const REPLAY_RECORDS: u64 = 64;
+const REPLAY_RECORD_BYTES: usize = 1000;
+
+/// Reads `sub` from the start through [`REPLAY_RECORDS`] records; the most records one
+/// frame carried.
+async fn largest_frame(sub: &mut Subscription) -> usize {
+    let mut largest = 0;
+    for n in 0..REPLAY_RECORDS {
+        let e = tokio::time::timeout(PATIENCE, sub.next_event())
+            .await
+            .expect("replayed records in time")
+            .expect("the replay")
+            .expect("not ended");
+        assert_eq!(e.offset, n, "the replay in order");
+        largest = largest.max(sub.buffered() + 1);
+    }
+    largest
+}
+
+/// Spec ("Buffer behavior"): what a subscription takes out but has not written counts
+/// against its share of the connection's `subscriber_egress_max_bytes` (16 KiB here), split
+/// equally between the connection's subscriptions. A replay is read a share at a time: one
+/// subscription's frames carry at most 16 KiB of records, each of two subscriptions' on one
+/// connection at most 8 KiB. (Unbounded, a replay's frame would carry up to 256 KiB: all 64
+/// records at once.)
+async fn a_replay_is_sent_in_frames_of_each_subscriptions_egress_share(
+    broker: &Broker,
+    publisher: &Connection,
+    tenant: &str,
+) {
+    publisher
+        .create_stream(
+            tenant,
+            NS,
+            "replayed",
+            felix_client::StreamConfig {
+                durable: Some(true),
+                shards: Some(1),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("durable stream");
+    for i in 0..REPLAY_RECORDS {
+        let mut v = format!("{i}:").into_bytes();
+        v.resize(REPLAY_RECORD_BYTES, b'r');
+        publisher
+            .publish(tenant, NS, "replayed", Message::new(v), AckMode::Commit)
+            .await
+            .expect("publish");
+    }
+    let alone = broker.client().await;
+    let mut sub = alone
+        .subscribe(tenant, NS, "replayed", 0, StartAt::Earliest)
+        .await
+        .expect("subscribe");
+    let one_share = largest_frame(&mut sub).await;
+    // A second subscription on the connection, open before the replay starts: the share
+    // halves.
+    let shared = broker.client().await;
+    let _other = shared
+        .subscribe(tenant, NS, STREAM, 0, StartAt::Latest)
+        .await
+        .expect("another subscription on the connection");
+    let mut sub = shared
+        .subscribe(tenant, NS, "replayed", 0, StartAt::Earliest)
+        .await
+        .expect("subscribe");
+    let half_share = largest_frame(&mut sub).await;
+    eprintln!("largest replay frame: {one_share} records alone, {half_share} with two");
+    // Stored, a record takes a little over 1 KiB: at most 16 of them in 16 KiB, 8 in 8 KiB.
+    assert!(
+        (12..=16).contains(&one_share),
+        "a replay's frames fill the subscription's 16 KiB share: {one_share} records"
+    );
+    assert!(
+        half_share <= 8,
+        "two subscriptions on a connection share its egress: {half_share} records in a frame"
     );
 }

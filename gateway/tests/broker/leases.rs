@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, BytesMut};
 use felix_client::{
-    AckMode, ClientError, ClusterClient, Connection, Event, Message, StartAt, StreamConfig, codes,
+    AckMode, ClientError, ClusterClient, Connection, Event, GroupConfig, GroupConsumer, GroupStart,
+    Message, StartAt, StreamConfig, codes,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -198,6 +199,33 @@ async fn kafka_fetch(broker: &Broker, topic: &str, offset: i64) -> (i64, Vec<(i6
     (high_watermark, records)
 }
 
+/// Creates group `g` on `stream` from its earliest record, then claims and acknowledges the
+/// stream's ten records through it.
+async fn group_caught_up(client: &ClusterClient, stream: &str) -> GroupConsumer {
+    let config = GroupConfig {
+        visibility_timeout_ms: Some(30_000),
+        max_attempts: Some(10),
+        dead_letter: None,
+        start: Some(GroupStart::Earliest),
+    };
+    client
+        .create_group(T, NS, stream, "g", config)
+        .await
+        .expect("a group on a Quorum stream");
+    let mut group = client.group(T, NS, stream, "g");
+    let mut offsets = Vec::new();
+    while offsets.len() < 10 {
+        let records = group
+            .poll(10, Duration::from_secs(1))
+            .await
+            .expect("a poll before the cut");
+        group.ack_all(&records).await.expect("acks before the cut");
+        offsets.extend(records.iter().map(|r| r.offset));
+    }
+    assert_eq!(offsets, (0..10).collect::<Vec<u64>>());
+    group
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_promises() {
     let mut cluster = Cluster::start_with(
@@ -232,6 +260,8 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
         .subscribe_shard(T, NS, &q, 0, StartAt::Earliest)
         .await
         .expect("subscribe through the cluster client");
+    // A consumer group on the Quorum stream that has claimed and acknowledged all ten records.
+    let mut group = group_caught_up(&client, &q).await;
     let mut followed = Vec::new();
     while followed.len() < 10 {
         let e = tokio::time::timeout(PATIENCE, follow.next_event())
@@ -300,8 +330,18 @@ async fn leases_quorum_marks_failover_and_a_control_plane_partition_keep_their_p
         assert!(tokio::time::Instant::now() < deadline, "X never wrote it");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // What a reader sees of a Quorum stream: a Kafka fetch stops at the quorum mark, not at
-    // the end of the leader's log...
+    // What a reader sees of a Quorum stream: a consumer group's poll finds nothing new (X
+    // would otherwise claim "during", and that claim could not be confirmed either)...
+    let polled = group
+        .poll(10, Duration::ZERO)
+        .await
+        .expect("a poll within the lease finds nothing new (had it claimed \"during\", past the mark, the claim could not be confirmed)");
+    let offsets: Vec<u64> = polled.iter().map(|r| r.offset).collect();
+    assert!(
+        offsets.is_empty(),
+        "a group poll reads up to the quorum mark only: {offsets:?}"
+    );
+    // ...a Kafka fetch stops at the quorum mark, not at the end of the leader's log...
     let (high_watermark, records) = kafka_fetch(cluster.node(x), &q, 0).await;
     assert_eq!(high_watermark, 10, "the high watermark is the quorum mark");
     let expected: Vec<(i64, String)> = (0..10).map(|i| (i, format!("q-{i}"))).collect();
