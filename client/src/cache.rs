@@ -429,6 +429,7 @@ pub(crate) fn watch_request(
     namespace: &str,
     cache: &str,
     target: &WatchTarget,
+    shard: Option<u32>,
 ) -> CacheRequest {
     let (key, prefix) = match target {
         WatchTarget::Key(k) => (Some(k.clone()), None),
@@ -440,6 +441,7 @@ pub(crate) fn watch_request(
         cache: cache.to_owned(),
         key,
         prefix,
+        shard,
     }
 }
 
@@ -541,7 +543,33 @@ impl Connection {
         cache: &str,
         target: WatchTarget,
     ) -> Result<CacheWatch, ClientError> {
-        let request = Request::Cache(watch_request(tenant, namespace, cache, &target));
+        self.open_watch(watch_request(tenant, namespace, cache, &target, None))
+            .await
+    }
+
+    /// Watches the keys starting with `prefix` in one shard of the cache, on this broker,
+    /// which must own that shard (else `not_leader` names the owner): a prefix watch of a
+    /// cache whose shards several brokers own is one of these per shard, as
+    /// [`crate::Client::watch_cache`] opens them.
+    pub async fn watch_cache_shard(
+        &self,
+        (tenant, namespace, cache): (&str, &str, &str),
+        prefix: &str,
+        shard: u32,
+    ) -> Result<CacheWatch, ClientError> {
+        let target = WatchTarget::Prefix(prefix.to_owned());
+        self.open_watch(watch_request(
+            tenant,
+            namespace,
+            cache,
+            &target,
+            Some(shard),
+        ))
+        .await
+    }
+
+    async fn open_watch(&self, request: CacheRequest) -> Result<CacheWatch, ClientError> {
+        let request = Request::Cache(request);
         let max = self.max_frame();
         let frame = request::encode_request(&request, Bytes::new(), max)?;
         tokio::time::timeout(self.request_timeout(), async {

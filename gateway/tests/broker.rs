@@ -15,6 +15,7 @@ mod broker {
     mod broker_ops;
     mod cache;
     mod cache_staged;
+    mod cache_watch;
     mod cluster;
     mod cold_replay;
     mod common;

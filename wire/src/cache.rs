@@ -125,7 +125,9 @@ pub enum CacheRequest {
         key: String,
     },
     /// A stream of the changes to `key`, or to every key starting with `prefix` (exactly
-    /// one of the two).
+    /// one of the two). A prefix watch with `shard` watches that shard of the cache only
+    /// (at its owner): how a client follows a prefix across shards owned by several
+    /// brokers.
     Watch {
         tenant: String,
         namespace: String,
@@ -134,6 +136,8 @@ pub enum CacheRequest {
         key: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         prefix: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shard: Option<u32>,
     },
 }
 

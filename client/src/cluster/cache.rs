@@ -1,7 +1,7 @@
 //! A [`Client`]'s cache calls: an operation on a key goes straight to the key's owner when
 //! the routing table of the cache's stream names it, else to any live broker (which forwards
 //! it to the owner), re-sent on refusals and, for reads, on unknown outcomes; and a watch
-//! that follows the key's owner.
+//! that follows the owner of each shard it covers.
 //!
 //! Invariant: a write whose outcome is unknown (lost connection, `quorum_timeout`,
 //! `leadership_lost`) is never re-sent here: the caller decides, since a put may have
@@ -10,6 +10,8 @@
 use bytes::Bytes;
 use felix_wire::cache::{CacheRequest, CacheResponse};
 use felix_wire::protocol::{Request, Response};
+
+use tokio::sync::mpsc;
 
 use super::Client;
 use super::retry::{Backoff, Verdict, classify};
@@ -80,7 +82,9 @@ impl Client {
 
     /// Watches a key (at its owner) or a prefix; the watch follows the owner: when the
     /// owner changes or its connection is lost, it is opened again at the new owner.
-    /// Changes made while it was being reopened are not delivered.
+    /// Changes made while it was being reopened are not delivered. A prefix of a cache of
+    /// several shards is watched one shard at a time, each at its own owner, so the shards
+    /// may be owned by different brokers; changes come in order within a shard.
     pub async fn watch_cache(
         &self,
         tenant: &str,
@@ -89,26 +93,76 @@ impl Client {
         target: WatchTarget,
     ) -> Result<ClusterCacheWatch, ClientError> {
         let scope = (tenant.to_owned(), namespace.to_owned(), cache.to_owned());
-        let current = self.open_watch(&scope, &target).await?;
+        let shards = match &target {
+            WatchTarget::Key(_) => 1,
+            WatchTarget::Prefix(_) => {
+                let stream = crate::stream_key(tenant, namespace, &format!("__cache.{cache}"));
+                match self.shard_count_of(&stream, &self.budget()).await {
+                    Ok(n) => n,
+                    // The cache's stream is unknown to the routing table: the broker answers
+                    // (`unknown_cache`, or the whole-cache watch when it exists).
+                    Err(_) => 1,
+                }
+            }
+        };
+        let mut parts = Vec::new();
+        for shard in 0..shards {
+            let shard = (shards > 1).then_some(shard);
+            let current = self.open_watch(&scope, &target, shard).await?;
+            parts.push(WatchPart {
+                client: self.clone(),
+                scope: scope.clone(),
+                target: target.clone(),
+                shard,
+                current: Some(current),
+            });
+        }
+        if parts.len() == 1 {
+            let part = parts.pop().expect("one part");
+            return Ok(ClusterCacheWatch {
+                parts: Parts::One(Box::new(part)),
+            });
+        }
+        // One task per shard, each following its own owner, into one channel.
+        let (tx, events) = mpsc::channel(1024);
+        let tasks = parts
+            .into_iter()
+            .map(|mut part| {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let next = part.next_change().await;
+                        let end = next.is_err();
+                        if tx.send(next).await.is_err() || end {
+                            return;
+                        }
+                    }
+                })
+            })
+            .collect();
         Ok(ClusterCacheWatch {
-            client: self.clone(),
-            scope,
-            target,
-            current: Some(current),
+            parts: Parts::Many { events, tasks },
         })
     }
 
-    /// Opens a watch at the broker that owns its shards, following `not_leader`.
+    /// Opens a watch at the broker that owns its shard(s), following `not_leader`.
     async fn open_watch(
         &self,
         (t, n, c): &(String, String, String),
         target: &WatchTarget,
+        shard: Option<u32>,
     ) -> Result<CacheWatch, ClientError> {
         let deadline = self.budget();
         let mut backoff = Backoff::new();
         let mut conn = self.any_connection().await?;
         loop {
-            let error = match conn.watch_cache(t, n, c, target.clone()).await {
+            let opened = match (shard, target) {
+                (Some(shard), WatchTarget::Prefix(p)) => {
+                    conn.watch_cache_shard((t, n, c), p, shard).await
+                }
+                _ => conn.watch_cache(t, n, c, target.clone()).await,
+            };
+            let error = match opened {
                 Ok(w) => return Ok(w),
                 Err(e) => e,
             };
@@ -139,16 +193,57 @@ impl Client {
 /// changes (changes made in between are not delivered).
 #[derive(Debug)]
 pub struct ClusterCacheWatch {
-    client: Client,
-    scope: (String, String, String),
-    target: WatchTarget,
-    current: Option<CacheWatch>,
+    parts: Parts,
+}
+
+#[derive(Debug)]
+enum Parts {
+    /// A key, or a prefix of a one-shard cache: one watch.
+    One(Box<WatchPart>),
+    /// A prefix of a cache of several shards: one watch per shard, each fed in by a task.
+    Many {
+        events: mpsc::Receiver<Result<CacheEvent, ClientError>>,
+        tasks: Vec<tokio::task::JoinHandle<()>>,
+    },
+}
+
+impl Drop for ClusterCacheWatch {
+    fn drop(&mut self) {
+        if let Parts::Many { tasks, .. } = &self.parts {
+            for t in tasks {
+                t.abort();
+            }
+        }
+    }
 }
 
 impl ClusterCacheWatch {
     /// The next change; `Err` when the watch ended for good (the cache was dropped, it
     /// lagged, the token lapsed, or no owner answered within the request timeout).
     pub async fn next_change(&mut self) -> Result<CacheEvent, ClientError> {
+        match &mut self.parts {
+            Parts::One(part) => part.next_change().await,
+            Parts::Many { events, .. } => events.recv().await.unwrap_or_else(|| {
+                Err(ClientError::Transport(
+                    "every shard's watch has ended".into(),
+                ))
+            }),
+        }
+    }
+}
+
+/// The watch of one shard (or of a key), reopened at the owner when it changes.
+#[derive(Debug)]
+struct WatchPart {
+    client: Client,
+    scope: (String, String, String),
+    target: WatchTarget,
+    shard: Option<u32>,
+    current: Option<CacheWatch>,
+}
+
+impl WatchPart {
+    async fn next_change(&mut self) -> Result<CacheEvent, ClientError> {
         loop {
             let result = match self.current.as_mut() {
                 Some(w) => w.next_change().await,
@@ -164,7 +259,11 @@ impl ClusterCacheWatch {
                 }
                 Err(e) => return Err(e),
             }
-            self.current = Some(self.client.open_watch(&self.scope, &self.target).await?);
+            self.current = Some(
+                self.client
+                    .open_watch(&self.scope, &self.target, self.shard)
+                    .await?,
+            );
         }
     }
 }

@@ -9,9 +9,11 @@
 //! or `shard_unavailable`), when the cache
 //! is dropped, when it falls more than the buffer behind (`watch_lagged`: changes were
 //! missed), or when the caller's token lapses. A watch is not forwarded: a broker that does
-//! not own a key's shard refuses with `not_leader` and the client opens it at the owner; a
-//! prefix watch of a cache whose shards are owned by several brokers is refused (not
-//! built: watch each key, or use a one-shard cache for prefix watches; docs/cache.md).
+//! not own a key's shard refuses with `not_leader` and the client opens it at the owner. A
+//! prefix watch covers every shard of the cache when this broker owns them all; one that
+//! names a shard covers that shard only, so a client follows a prefix across owners with
+//! one watch per shard (the all-shards form is refused with `prefix_watch_across_brokers`
+//! otherwise).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,11 +61,19 @@ fn shards_of(
         cache,
         key,
         prefix,
+        shard,
     } = request
     else {
         return Err(err(codes::BAD_REQUEST, "bad_request", "not a watch"));
     };
     let (filter, keys) = match (key, prefix) {
+        (Some(_), None) if shard.is_some() => {
+            return Err(err(
+                codes::INVALID_ARGUMENT,
+                "invalid_argument",
+                "a key watch names no shard: the key names it",
+            ));
+        }
         (Some(k), None) => {
             super::requests::check_key(k)?;
             let shard = broker.cache_shard_of(tenant, namespace, cache, k)?;
@@ -75,9 +85,23 @@ fn shards_of(
                 .node
                 .stream_settings(tenant, namespace, &stream)
                 .map_err(|_| unknown_cache(tenant, namespace, cache))?;
-            let keys = (0..settings.shards)
-                .map(|k| shard_key(tenant, namespace, &stream, k))
-                .collect();
+            let keys = match *shard {
+                None => (0..settings.shards)
+                    .map(|k| shard_key(tenant, namespace, &stream, k))
+                    .collect(),
+                Some(k) if k < settings.shards => vec![shard_key(tenant, namespace, &stream, k)],
+                Some(k) => {
+                    return Err(err(
+                        codes::INVALID_ARGUMENT,
+                        "invalid_argument",
+                        format!(
+                            "cache {tenant}/{namespace}/{cache} has {} shards; there is no \
+                             shard {k}",
+                            settings.shards
+                        ),
+                    ));
+                }
+            };
             (Filter::Prefix(p.clone()), keys)
         }
         _ => {
@@ -98,8 +122,8 @@ fn shards_of(
                     "prefix_watch_across_brokers",
                     format!(
                         "cache {tenant}/{namespace}/{cache}: its shards are owned by several \
-                         brokers, and a prefix watch across brokers is not built; watch each \
-                         key, or use a one-shard cache for prefix watches ({})",
+                         brokers; watch the prefix one shard at a time, each at its owner (as \
+                         the cluster client does) ({})",
                         e.message
                     ),
                 ));

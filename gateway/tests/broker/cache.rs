@@ -859,6 +859,13 @@ async fn cache_on_a_three_broker_cluster() {
         r.expect("tenant and namespace");
     }
     counter_adds_through_every_broker_are_never_lost(&cluster, &client).await;
+    super::cache_watch::a_prefix_watch_hears_every_shard_of_a_cache_several_brokers_own(
+        &mut cluster,
+        &client,
+        "limits",
+        3,
+    )
+    .await;
     super::cache_staged::a_staged_put_is_seen_by_nobody_until_written_and_a_lost_one_is_forgotten(
         &mut cluster,
         &client,
