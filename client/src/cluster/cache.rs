@@ -97,12 +97,11 @@ impl Client {
             WatchTarget::Key(_) => 1,
             WatchTarget::Prefix(_) => {
                 let stream = crate::stream_key(tenant, namespace, &format!("__cache.{cache}"));
-                match self.shard_count_of(&stream, &self.budget()).await {
-                    Ok(n) => n,
-                    // The cache's stream is unknown to the routing table: the broker answers
-                    // (`unknown_cache`, or the whole-cache watch when it exists).
-                    Err(_) => 1,
-                }
+                // Unknown to the routing table: the broker answers (`unknown_cache`, or
+                // the whole-cache watch when it exists).
+                self.shard_count_of(&stream, &self.budget())
+                    .await
+                    .unwrap_or(1)
             }
         };
         let mut parts = Vec::new();
