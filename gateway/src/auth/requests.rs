@@ -253,6 +253,7 @@ mod tests {
                     cache: c(),
                     key: Some(k()),
                     prefix: None,
+                    shard: None,
                 },
                 Action::CacheRead,
             ),
