@@ -7,6 +7,8 @@
 #   bench/moves.sh
 #   FILLS="64 256" REPS=2 bench/moves.sh     (defaults: "64 256", 2)
 #   PROFILE=release bench/moves.sh           (default: debug; builds with cargo unless SKIP_BUILD=1)
+#   TIERED=true bench/moves.sh               (default false: nothing is uploaded, so the
+#                                             destination copies the whole fill from the leader)
 #
 # Four `felix` processes (node ids 1-4, each its own data dir and free loopback ports, one
 # shared `file://` object store), `FELIX_LEASE_MS=2000`, settings otherwise default; then
@@ -19,6 +21,7 @@ cd "$(dirname "$0")/.."
 
 FILLS=${FILLS:-"64 256"}
 REPS=${REPS:-2}
+TIERED=${TIERED:-false}
 PROFILE=${PROFILE:-debug}
 BIN=./target/$PROFILE/felix-bench
 FELIX=./target/$PROFILE/felix
@@ -70,7 +73,7 @@ echo "cluster up: $SEEDS" >&2
 for fill in $FILLS; do
   for rep in $(seq 1 "$REPS"); do
     load0=$(loadavg)
-    line=$("$BIN" move --cluster "$SEEDS" --fill-mib "$fill")
+    line=$("$BIN" move --cluster "$SEEDS" --fill-mib "$fill" --tiered "$TIERED")
     load1=$(loadavg)
     line=$(echo "$line" | sed "s/^{/{\"profile\":\"$PROFILE\",\"rep\":$rep,\"loadavg_before\":[$load0],\"loadavg_after\":[$load1],/")
     echo "$line" >>"$OUT"
@@ -91,19 +94,20 @@ print(f"Command: `bench/moves.sh` ({total} s in all). Raw lines: `moves.jsonl`.\
 print(f"* Machine: {cpu}, {ncpu} cores, shared with other work; load average before → after each run in the table.")
 print(f"* Felix at commit {commit}, **{profile} build** ({'not representative of release speed' if profile == 'debug' else 'release'}). "
       "Four brokers on loopback (`FELIX_LEASE_MS=2000`, fsync `periodic`), one `file://` object store.")
-print("* `felix-bench move --cluster SEEDS --fill-mib FILL`: a fresh Quorum stream (1 shard, 3 replicas) filled with FILL MiB "
+print("* `felix-bench move --cluster SEEDS --fill-mib FILL --tiered TIERED`: a fresh Quorum stream (1 shard, 3 replicas) filled with FILL MiB "
       "of 1 KiB incompressible records, one publisher sending one 1 KiB record every 5 ms "
       "through a `ClusterClient`; after 3 s the shard's leadership is moved to the fourth broker (`move_shard`), "
       "the move list polled every 20 ms until the move is gone, then 3 s more.\n")
-print("A new replica's log starts after the shard's uploaded history, so the destination copies from the leader only "
-      "what was not uploaded when the move began (the column after *move s*).\n")
-print("| fill MiB | rep | move s | MiB uploaded / not uploaded at the move | ack p50 / p99 / max ms before | during | after | longest ack gap ms | failed publishes | load avg before → after |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("An untiered stream uploads nothing, so the destination copies the whole fill from the leader's log: the hot "
+      "catch-up. A tiered stream's new replica starts after the shard's uploaded history and copies only what was not "
+      "uploaded when the move began (the column after *move s*, read just before the move).\n")
+print("| fill MiB | tiered | rep | move s | MiB uploaded / not uploaded at the move | ack p50 / p99 / max ms before | during | after | longest ack gap ms | failed publishes | load avg before → after |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     f = lambda p: f"{ms(r[p]['p50_us'])} / {ms(r[p]['p99_us'])} / {ms(r[p]['max_us'])}"
     up = (f"{r['uploaded_bytes_at_move'] / 2**20:.0f} / {r['not_uploaded_bytes_at_move'] / 2**20:.0f}"
           if 'uploaded_bytes_at_move' in r else "n/a")
-    print(f"| {r['fill_bytes'] / 2**20:.0f} | {r['rep']} | {r['move_ms'] / 1000:.2f} | {up} | {f('before')} | {f('during')} | {f('after')} "
+    print(f"| {r['fill_bytes'] / 2**20:.0f} | {r.get('tiered', 'true')} | {r['rep']} | {r['move_ms'] / 1000:.2f} | {up} | {f('before')} | {f('during')} | {f('after')} "
           f"| {r['max_ack_gap_ms']} | {r['publish_errors']} | {r['loadavg_before'][0]:.1f} → {r['loadavg_after'][0]:.1f} |")
 print()
 PY

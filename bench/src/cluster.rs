@@ -41,6 +41,7 @@ pub(crate) async fn create_cluster_stream(
     consistency: &str,
     replicas: u32,
     patience: Duration,
+    tiered: Option<bool>,
 ) -> anyhow::Result<(String, Vec<u64>, u64)> {
     exists_ok(admin.create_tenant(TENANT).await).context("create tenant bench")?;
     exists_ok(admin.create_namespace(TENANT, namespace).await)
@@ -54,6 +55,7 @@ pub(crate) async fn create_cluster_stream(
             shards: Some(1),
             replicas: Some(replicas),
             consistency: Some(consistency.to_owned()),
+            tiered,
             ..Default::default()
         };
         if let Err(e) = admin

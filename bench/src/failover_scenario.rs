@@ -250,6 +250,7 @@ async fn run_async(
         "quorum",
         args.replicas,
         Duration::from_secs(90),
+        None,
     )
     .await?;
 

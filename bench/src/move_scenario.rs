@@ -3,9 +3,12 @@
 //!
 //! Setup: a fresh durable 1-shard Quorum stream with 3 replicas in tenant `bench`, namespace
 //! `moves`, filled with `--fill-mib` MiB of `--size`-byte records (incompressible payloads;
-//! not timed). A new replica's log starts after the history already uploaded to the object
-//! store, so the destination copies from the leader only what is not uploaded yet: the
-//! report says how much of the shard was uploaded and how much not when the move began.
+//! not timed). The stream is not tiered unless `--tiered true`, so the destination copies
+//! the whole fill from the leader's log (the hot catch-up). A tiered stream's new replica
+//! starts after the history already uploaded to the object store and copies only what is
+//! past it: the report says how much of the shard was uploaded and how much not when the
+//! move began (read from a listing taken just before the move, so an upload finishing at
+//! that moment is counted as not uploaded).
 //!
 //! Load: one `ClusterClient` publishes one `--size`-byte record per call, a call every
 //! `--interval-ms`. After `--phase-secs`, the benchmark asks for the shard's leadership to
@@ -46,6 +49,11 @@ pub struct MoveArgs {
     interval_ms: u64,
     #[arg(long, default_value_t = 3)]
     phase_secs: u64,
+    /// Whether the stream's sealed segments are uploaded. Off (the default), nothing is
+    /// uploaded, so the destination copies the whole fill from the leader's log: the hot
+    /// catch-up. On, it copies only what is past the uploaded end when the move begins.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    tiered: bool,
 }
 
 #[derive(Serialize, Default)]
@@ -64,6 +72,8 @@ struct Report {
     from: u64,
     to: u64,
     move_ms: u64,
+    /// Whether the stream was tiered (else the whole fill is the hot catch-up).
+    tiered: bool,
     /// Bytes of the shard in uploaded objects, and not yet uploaded, when the move began.
     uploaded_bytes_at_move: u64,
     not_uploaded_bytes_at_move: u64,
@@ -87,6 +97,7 @@ async fn run_async(args: MoveArgs) -> anyhow::Result<()> {
         "quorum",
         3,
         Duration::from_secs(60),
+        Some(args.tiered),
     )
     .await?;
     let topology = client.topology(TENANT, NAMESPACE, &stream).await?;
@@ -226,6 +237,7 @@ async fn run_async(args: MoveArgs) -> anyhow::Result<()> {
         from: leader,
         to,
         move_ms,
+        tiered: args.tiered,
         uploaded_bytes_at_move: uploaded,
         not_uploaded_bytes_at_move: not_uploaded,
         before: figures(&hists[0]),

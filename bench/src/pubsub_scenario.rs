@@ -277,6 +277,7 @@ async fn run_cluster(args: &PubsubArgs) -> anyhow::Result<PubsubReport> {
         &args.consistency,
         args.replicas,
         Duration::from_secs(60),
+        None,
     )
     .await?;
 
