@@ -9,6 +9,9 @@
 #   PROFILE=release bench/moves.sh           (default: debug; builds with cargo unless SKIP_BUILD=1)
 #   TIERED=true bench/moves.sh               (default false: nothing is uploaded, so the
 #                                             destination copies the whole fill from the leader)
+#   DRAIN_SHARDS=20 DRAIN_FILL=64 DRAINS=1    (then DRAINS runs of `felix-bench drain`: the broker
+#                                             holding most of a DRAIN_SHARDS-shard stream drained;
+#                                             DRAINS=0 skips them)
 #
 # Four `felix` processes (node ids 1-4, each its own data dir and free loopback ports, one
 # shared `file://` object store), `FELIX_LEASE_MS=2000`, settings otherwise default; then
@@ -22,6 +25,9 @@ cd "$(dirname "$0")/.."
 FILLS=${FILLS:-"64 256"}
 REPS=${REPS:-2}
 TIERED=${TIERED:-false}
+DRAIN_SHARDS=${DRAIN_SHARDS:-20}
+DRAIN_FILL=${DRAIN_FILL:-64}
+DRAINS=${DRAINS:-1}
 PROFILE=${PROFILE:-debug}
 BIN=./target/$PROFILE/felix-bench
 FELIX=./target/$PROFILE/felix
@@ -80,6 +86,14 @@ for fill in $FILLS; do
     echo "  $line" >&2
   done
 done
+for rep in $(seq 1 "$DRAINS"); do
+  load0=$(loadavg)
+  line=$("$BIN" drain --cluster "$SEEDS" --shards "$DRAIN_SHARDS" --fill-mib "$DRAIN_FILL")
+  load1=$(loadavg)
+  line=$(echo "$line" | sed "s/^{/{\"profile\":\"$PROFILE\",\"rep\":$rep,\"loadavg_before\":[$load0],\"loadavg_after\":[$load1],/")
+  echo "$line" >>"$OUT"
+  echo "  $line" >&2
+done
 TOTAL=$(($(date +%s) - START))
 
 COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -103,6 +117,8 @@ print("An untiered stream uploads nothing, so the destination copies the whole f
       "uploaded when the move began (the column after *move s*, read just before the move).\n")
 print("| fill MiB | tiered | rep | move s | MiB uploaded / not uploaded at the move | ack p50 / p99 / max ms before | during | after | longest ack gap ms | failed publishes | load avg before → after |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
+drains = [r for r in rows if r.get("scenario") == "drain"]
+rows = [r for r in rows if r.get("scenario") != "drain"]
 for r in rows:
     f = lambda p: f"{ms(r[p]['p50_us'])} / {ms(r[p]['p99_us'])} / {ms(r[p]['max_us'])}"
     up = (f"{r['uploaded_bytes_at_move'] / 2**20:.0f} / {r['not_uploaded_bytes_at_move'] / 2**20:.0f}"
@@ -110,6 +126,20 @@ for r in rows:
     print(f"| {r['fill_bytes'] / 2**20:.0f} | {r.get('tiered', 'true')} | {r['rep']} | {r['move_ms'] / 1000:.2f} | {up} | {f('before')} | {f('during')} | {f('after')} "
           f"| {r['max_ack_gap_ms']} | {r['publish_errors']} | {r['loadavg_before'][0]:.1f} → {r['loadavg_after'][0]:.1f} |")
 print()
+if drains:
+    print("## Drains\n")
+    print("`felix-bench drain --cluster SEEDS --shards N --fill-mib FILL`: a fresh untiered Quorum stream of N shards (3 replicas) "
+          "filled with FILL MiB over its shards, one publisher per shard sending one 1 KiB record every 20 ms; after 3 s the broker "
+          "holding most of the stream's replicas is drained (`set_draining`), the broker list polled every 50 ms until it holds no "
+          "replica, then 3 s more. *Hold* is the worst ack latency any publisher saw during the drain.\n")
+    print("| shards | fill MiB | rep | replicas drained (stream / all) | drain s | ack p50 / p99 / hold ms during | before p99 | after p99 | longest ack gap of one shard ms | failed publishes | load avg before → after |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in drains:
+        print(f"| {r['shards']} | {r['fill_bytes'] / 2**20:.0f} | {r['rep']} | {r['stream_replicas_drained']} / {r['all_replicas_drained']} "
+              f"| {r['drain_ms'] / 1000:.2f} | {ms(r['during']['p50_us'])} / {ms(r['during']['p99_us'])} / {ms(r['during']['max_us'])} "
+              f"| {ms(r['before']['p99_us'])} | {ms(r['after']['p99_us'])} | {r['max_shard_ack_gap_ms']} | {r['publish_errors']} "
+              f"| {r['loadavg_before'][0]:.1f} → {r['loadavg_after'][0]:.1f} |")
+    print()
 PY
 cp "$TMP/moves.md" "$RESULTS.md"
 cp "$OUT" "$RESULTS.jsonl"

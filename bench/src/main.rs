@@ -39,6 +39,7 @@ mod cache_scenario;
 mod catchup_scenario;
 mod cluster;
 mod common;
+mod drain_scenario;
 mod failover_scenario;
 mod groups_scenario;
 mod load;
@@ -87,6 +88,9 @@ enum Scenario {
     /// more) while publishing steadily: the move's duration and the publish latency before,
     /// during and after.
     Move(move_scenario::MoveArgs),
+    /// Drain the broker holding most of a many-shard Quorum stream's replicas while every
+    /// shard is published to steadily: the drain's duration and the worst publish hold.
+    Drain(drain_scenario::DrainArgs),
     /// What each authorization step costs on one core (no network): verifying a token,
     /// expanding its roles, and the per-request check.
     AuthChecks(auth_scenario::AuthArgs),
@@ -116,6 +120,7 @@ fn main() -> anyhow::Result<()> {
         Scenario::Catchup(args) => catchup_scenario::run(args),
         Scenario::Failover(args) => failover_scenario::run(args),
         Scenario::Move(args) => move_scenario::run(args),
+        Scenario::Drain(args) => drain_scenario::run(args),
         Scenario::AuthChecks(args) => auth_scenario::run(args),
         Scenario::Groups(args) => groups_scenario::run(args),
         Scenario::Cache(args) => cache_scenario::run(args),
