@@ -57,7 +57,7 @@
 //! ```
 
 use bytes::Bytes;
-use felix_wire::cache::{CacheChange, CacheRequest, CacheResponse, ChangeKind};
+use felix_wire::cache::{CacheChange, CacheRequest, CacheResponse, ChangeKind, WatchResume};
 use felix_wire::protocol::{Event as WireEvent, FrameKind, Request, Response, codes};
 
 use crate::error::ClientError;
@@ -81,6 +81,19 @@ pub struct CacheEvent {
     pub version: u64,
     /// The new value of a put or counter add; empty for a delete or expiry.
     pub value: Bytes,
+    /// The change's offset in its shard's log (log-backed caches; `None` in memory): a
+    /// watch reopened after it resumes there ([`Connection::resume_watch`]).
+    pub offset: Option<u64>,
+}
+
+impl CacheEvent {
+    /// Where a watch resumes to hear what came after this change (log-backed caches).
+    pub fn resume_after(&self) -> Option<WatchResume> {
+        self.offset.map(|o| WatchResume {
+            next_offset: o + 1,
+            last_version: self.version,
+        })
+    }
 }
 
 /// What a watch follows.
@@ -430,6 +443,7 @@ pub(crate) fn watch_request(
     cache: &str,
     target: &WatchTarget,
     shard: Option<u32>,
+    resume: Option<WatchResume>,
 ) -> CacheRequest {
     let (key, prefix) = match target {
         WatchTarget::Key(k) => (Some(k.clone()), None),
@@ -442,6 +456,7 @@ pub(crate) fn watch_request(
         key,
         prefix,
         shard,
+        resume,
     }
 }
 
@@ -489,14 +504,18 @@ impl CacheWatch {
             )));
         }
         match frame.header::<WireEvent>() {
-            Ok(WireEvent::CacheChange(CacheChange { key, kind, version })) => {
-                Ok(Some(CacheEvent {
-                    key,
-                    kind,
-                    version,
-                    value: frame.body,
-                }))
-            }
+            Ok(WireEvent::CacheChange(CacheChange {
+                key,
+                kind,
+                version,
+                offset,
+            })) => Ok(Some(CacheEvent {
+                key,
+                kind,
+                version,
+                value: frame.body,
+                offset,
+            })),
             Ok(WireEvent::End(body)) => {
                 self.done = true;
                 Err(ClientError::Broker(body))
@@ -543,7 +562,7 @@ impl Connection {
         cache: &str,
         target: WatchTarget,
     ) -> Result<CacheWatch, ClientError> {
-        self.open_watch(watch_request(tenant, namespace, cache, &target, None))
+        self.open_watch(watch_request(tenant, namespace, cache, &target, None, None))
             .await
     }
 
@@ -564,6 +583,31 @@ impl Connection {
             cache,
             &target,
             Some(shard),
+            None,
+        ))
+        .await
+    }
+
+    /// Opens a watch of one shard again after the change it heard last
+    /// ([`CacheEvent::resume_after`]), on this broker, which must own the shard: the owner
+    /// first replays what its log holds after that change, so nothing made while the watch
+    /// was closed is missed (log-backed caches). Ends with `watch_lagged` when the log no
+    /// longer holds that change and `watch_diverged` when it holds another: changes were
+    /// missed. `shard` names a prefix watch's shard (none for a key).
+    pub async fn resume_watch(
+        &self,
+        (tenant, namespace, cache): (&str, &str, &str),
+        target: WatchTarget,
+        shard: Option<u32>,
+        resume: WatchResume,
+    ) -> Result<CacheWatch, ClientError> {
+        self.open_watch(watch_request(
+            tenant,
+            namespace,
+            cache,
+            &target,
+            shard,
+            Some(resume),
         ))
         .await
     }

@@ -122,7 +122,7 @@ pub use cluster::{
 pub use connection::Connection;
 pub use error::ClientError;
 pub use felix_wire::Compression;
-pub use felix_wire::cache::{CacheConfig, CacheInfo, ChangeKind, Condition};
+pub use felix_wire::cache::{CacheConfig, CacheInfo, ChangeKind, Condition, WatchResume};
 pub use felix_wire::groups::{GroupConfig, GroupInfo, GroupShardInfo, GroupStart};
 pub use felix_wire::moves::{BrokerInfo, ClusterRequest, ClusterResponse, MoveInfo};
 pub use felix_wire::protocol::{

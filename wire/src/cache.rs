@@ -138,6 +138,10 @@ pub enum CacheRequest {
         prefix: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         shard: Option<u32>,
+        /// Resume after a change already heard (a key watch, or a prefix watch naming its
+        /// shard, of a log-backed cache).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resume: Option<WatchResume>,
     },
 }
 
@@ -292,6 +296,18 @@ pub struct CacheChange {
     pub key: String,
     pub kind: ChangeKind,
     pub version: u64,
+    /// The change's offset in its shard's log (log-backed caches): where a watch resumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+}
+
+/// Where a watch of one shard resumes (log-backed caches): after the change it heard last,
+/// at log offset `next_offset - 1` with version `last_version`. The owner replays what its
+/// log holds from there, so nothing made while the watch was being reopened is missed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WatchResume {
+    pub next_offset: u64,
+    pub last_version: u64,
 }
 
 #[cfg(test)]

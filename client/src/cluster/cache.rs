@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use super::Client;
 use super::retry::{Backoff, Verdict, classify};
+use crate::WatchResume;
 use crate::cache::{CacheEvent, CacheWatch, WatchTarget, reopenable};
 use crate::{ClientError, Connection};
 
@@ -81,8 +82,10 @@ impl Client {
     }
 
     /// Watches a key (at its owner) or a prefix; the watch follows the owner: when the
-    /// owner changes or its connection is lost, it is opened again at the new owner.
-    /// Changes made while it was being reopened are not delivered. A prefix of a cache of
+    /// owner changes or its connection is lost, it is opened again at the new owner, which
+    /// replays the changes made since the one heard last (log-backed caches: nothing is
+    /// missed, or the watch ends with `watch_lagged`/`watch_diverged`; an in-memory cache's
+    /// changes made while it was reopened are not delivered). A prefix of a cache of
     /// several shards is watched one shard at a time, each at its own owner, so the shards
     /// may be owned by different brokers; changes come in order within a shard.
     pub async fn watch_cache(
@@ -107,13 +110,14 @@ impl Client {
         let mut parts = Vec::new();
         for shard in 0..shards {
             let shard = (shards > 1).then_some(shard);
-            let current = self.open_watch(&scope, &target, shard).await?;
+            let current = self.open_watch(&scope, &target, shard, None).await?;
             parts.push(WatchPart {
                 client: self.clone(),
                 scope: scope.clone(),
                 target: target.clone(),
                 shard,
                 current: Some(current),
+                resume: None,
             });
         }
         if parts.len() == 1 {
@@ -150,13 +154,15 @@ impl Client {
         (t, n, c): &(String, String, String),
         target: &WatchTarget,
         shard: Option<u32>,
+        resume: Option<WatchResume>,
     ) -> Result<CacheWatch, ClientError> {
         let deadline = self.budget();
         let mut backoff = Backoff::new();
         let mut conn = self.any_connection().await?;
         loop {
-            let opened = match (shard, target) {
-                (Some(shard), WatchTarget::Prefix(p)) => {
+            let opened = match (resume, shard, target) {
+                (Some(r), _, _) => conn.resume_watch((t, n, c), target.clone(), shard, r).await,
+                (None, Some(shard), WatchTarget::Prefix(p)) => {
                     conn.watch_cache_shard((t, n, c), p, shard).await
                 }
                 _ => conn.watch_cache(t, n, c, target.clone()).await,
@@ -188,8 +194,8 @@ impl Client {
     }
 }
 
-/// A watch through a [`Client`]: opened again at the key's new owner when the owner
-/// changes (changes made in between are not delivered).
+/// A watch through a [`Client`]: opened again at the new owner when a shard's owner
+/// changes, resuming after the change heard last (log-backed caches).
 #[derive(Debug)]
 pub struct ClusterCacheWatch {
     parts: Parts,
@@ -239,6 +245,8 @@ struct WatchPart {
     target: WatchTarget,
     shard: Option<u32>,
     current: Option<CacheWatch>,
+    /// After the change heard last (log-backed caches): where a reopened watch resumes.
+    resume: Option<WatchResume>,
 }
 
 impl WatchPart {
@@ -249,7 +257,10 @@ impl WatchPart {
                 None => Err(ClientError::Transport("the watch is being reopened".into())),
             };
             match result {
-                Ok(Some(event)) => return Ok(event),
+                Ok(Some(event)) => {
+                    self.resume = event.resume_after();
+                    return Ok(event);
+                }
                 Ok(None) => {
                     self.current = None;
                 }
@@ -260,7 +271,7 @@ impl WatchPart {
             }
             self.current = Some(
                 self.client
-                    .open_watch(&self.scope, &self.target, self.shard)
+                    .open_watch(&self.scope, &self.target, self.shard, self.resume)
                     .await?,
             );
         }

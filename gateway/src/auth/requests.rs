@@ -254,6 +254,7 @@ mod tests {
                     key: Some(k()),
                     prefix: None,
                     shard: None,
+                    resume: None,
                 },
                 Action::CacheRead,
             ),

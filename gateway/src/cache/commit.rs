@@ -63,10 +63,11 @@ impl Staged {
     }
 }
 
-/// The watch changes `ops` make, in order.
-fn changes_of(ops: &[LogOp]) -> Vec<Change> {
+/// The watch changes `ops` make, in order; `base`: the log offset of the first (log-backed).
+pub(crate) fn changes_of(ops: &[LogOp], base: Option<u64>) -> Vec<Change> {
     ops.iter()
-        .filter_map(|op| {
+        .enumerate()
+        .filter_map(|(i, op)| {
             let (key, kind, version, value) = match op {
                 LogOp::Put {
                     key,
@@ -95,6 +96,7 @@ fn changes_of(ops: &[LogOp]) -> Vec<Change> {
                     key: key.clone(),
                     kind,
                     version,
+                    offset: base.map(|b| b + i as u64),
                 },
                 value,
             })
@@ -131,7 +133,7 @@ impl Broker {
             for op in &ops {
                 st.apply(op);
             }
-            for change in changes_of(&ops) {
+            for change in changes_of(&ops, None) {
                 let _ = cs.changes.send(change);
             }
             return Ok(Staged { ticket: None });
@@ -175,9 +177,10 @@ impl Broker {
             st.apply(op);
         }
         st.applied_end = ticket.last_offset + 1;
-        cs.unwritten
-            .lock()
-            .push_back((ticket.last_offset, changes_of(&ops)));
+        cs.unwritten.lock().push_back((
+            ticket.last_offset,
+            changes_of(&ops, Some(ticket.base_offset)),
+        ));
         Ok(Staged {
             ticket: Some(ticket),
         })

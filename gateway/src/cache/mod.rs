@@ -23,6 +23,7 @@
 //!   `shard_moved` end.
 //! * `sweep.rs` — the once-a-second pass: expiry deletes, compaction, gauges.
 //! * `watch.rs` — watches: a stream of changes to a key or a prefix.
+//! * `resume.rs` — a watch resumed after the change it heard last, replayed from the log.
 //! * [`metrics`] — the cache metrics.
 //!
 //! Invariant: a shard's entries change only at the broker leading the shard, under the
@@ -43,6 +44,7 @@ pub(crate) mod record;
 pub(crate) mod registry;
 pub(crate) mod replay;
 pub mod requests;
+pub(crate) mod resume;
 pub(crate) mod state;
 pub mod sweep;
 pub(crate) mod watch;

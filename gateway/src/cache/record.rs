@@ -40,6 +40,14 @@ pub(crate) enum LogOp {
 }
 
 impl LogOp {
+    /// The version the change gave its key (a floor record gives none).
+    pub(crate) fn version(&self) -> Option<u64> {
+        match self {
+            LogOp::Put { version, .. } | LogOp::Delete { version, .. } => Some(*version),
+            LogOp::Floor { .. } => None,
+        }
+    }
+
     fn into_record(self, now_ms: i64) -> Record {
         let u64h = |k: &str, v: u64| Header {
             key: k.to_owned(),

@@ -25,8 +25,13 @@ fn first_version(generation: u64) -> u64 {
     generation << 32
 }
 
-/// The changes in `[from, to)` of `log`, in order, and where the read ended.
-fn read_changes(log: &ShardLog, from: u64, to: u64) -> Result<(Vec<LogOp>, u64), ErrorBody> {
+/// The changes in `[from, to)` of `log`, in order, each with its offset, and where the read
+/// ended.
+pub(crate) fn read_changes(
+    log: &ShardLog,
+    from: u64,
+    to: u64,
+) -> Result<(Vec<(u64, LogOp)>, u64), ErrorBody> {
     let mut ops = Vec::new();
     let mut offset = from.max(log.first_offset());
     while offset < to {
@@ -45,7 +50,7 @@ fn read_changes(log: &ShardLog, from: u64, to: u64) -> Result<(Vec<LogOp>, u64),
                             continue;
                         }
                         match LogOp::of(&r) {
-                            Some(op) => ops.push(op),
+                            Some(op) => ops.push((r.offset as u64, op)),
                             None if decoded.header.is_control() => {}
                             None => warn!(
                                 shard = log.shard(),
@@ -131,7 +136,7 @@ impl Broker {
         if rebuild {
             *st = KvState::starting_at(first_version(generation), generation);
         }
-        for op in &ops {
+        for (_, op) in &ops {
             st.apply(op);
         }
         st.applied_end = read_end.max(end);

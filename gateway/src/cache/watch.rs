@@ -13,7 +13,8 @@
 //! prefix watch covers every shard of the cache when this broker owns them all; one that
 //! names a shard covers that shard only, so a client follows a prefix across owners with
 //! one watch per shard (the all-shards form is refused with `prefix_watch_across_brokers`
-//! otherwise).
+//! otherwise). A watch of one shard may resume after the change it heard last: the owner
+//! replays its log from there first (`resume.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,6 +63,7 @@ fn shards_of(
         key,
         prefix,
         shard,
+        resume,
     } = request
     else {
         return Err(err(codes::BAD_REQUEST, "bad_request", "not a watch"));
@@ -131,6 +133,13 @@ fn shards_of(
             Err(e) => return Err(e),
         }
     }
+    if resume.is_some() && shards.len() != 1 {
+        return Err(err(
+            codes::INVALID_ARGUMENT,
+            "invalid_argument",
+            "a watch resumes one shard: a key, or a prefix that names its shard",
+        ));
+    }
     Ok((filter, shards))
 }
 
@@ -170,6 +179,10 @@ pub(crate) async fn serve_watch(
     credential: Option<&Credential>,
     request: CacheRequest,
 ) {
+    let resume = match &request {
+        CacheRequest::Watch { resume, .. } => *resume,
+        _ => None,
+    };
     let (filter, shards) = match shards_of(broker, &request) {
         Ok(s) => s,
         Err(e) => {
@@ -187,12 +200,36 @@ pub(crate) async fn serve_watch(
         .map(|cs| cs.shard.repl.as_ref().and_then(|r| r.leading()))
         .collect();
     for (cs, &led) in shards.iter().zip(&opened) {
+        // Subscribed before the log is read for a resume, so no change falls between.
         let mut changes = cs.changes.subscribe();
+
         let mut role = cs.shard.repl.as_ref().map(|r| r.role.subscribe());
         let (node, shard) = (broker.node.clone(), cs.shard.clone());
         let tx = tx.clone();
         let filter = filter.clone();
+        let cs = cs.clone();
         tokio::spawn(async move {
+            // A live change at an offset below this was replayed already.
+            let mut live_from = 0;
+            if let Some(r) = resume {
+                match super::resume::replay_since(&cs, r).await {
+                    Ok((replayed, end)) => {
+                        live_from = end;
+                        for c in replayed
+                            .into_iter()
+                            .filter(|c| filter.matches(&c.change.key))
+                        {
+                            if tx.send(Ok(c)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                }
+            }
             loop {
                 let next = tokio::select! {
                     next = changes.recv() => next,
@@ -208,6 +245,7 @@ pub(crate) async fn serve_watch(
                 };
                 let item = match next {
                     Ok(c) if !filter.matches(&c.change.key) => continue,
+                    Ok(c) if c.change.offset.is_some_and(|o| o < live_from) => continue,
                     Ok(c) => Ok(c),
                     Err(broadcast::error::RecvError::Lagged(n)) => Err(err(
                         codes::SUBSCRIPTION_LAGGED,

@@ -73,6 +73,8 @@ async fn cache_on_one_broker() {
     concurrent_put_if_absent_has_exactly_one_winner_and_a_stale_version_is_refused(&client).await;
     the_same_key_in_two_tenants_and_two_namespaces_holds_four_values(&conn, &client).await;
     a_ttl_entry_reads_back_before_and_is_absent_after_and_its_watch_hears_the_expiry(&client).await;
+    super::cache_watch::a_resumed_watch_hears_every_change_made_while_it_was_closed(&conn, &client)
+        .await;
     counters_add_atomically_and_refuse_what_is_not_a_number(&client).await;
     cache_metrics_count_operations_by_kind_and_result(&broker).await;
     felixctl_cache_puts_gets_counts_and_watches_and_a_refused_put_exits_1(&broker, &client).await;
