@@ -123,7 +123,7 @@ for r in rows:
     f = lambda p: f"{ms(r[p]['p50_us'])} / {ms(r[p]['p99_us'])} / {ms(r[p]['max_us'])}"
     up = (f"{r['uploaded_bytes_at_move'] / 2**20:.0f} / {r['not_uploaded_bytes_at_move'] / 2**20:.0f}"
           if 'uploaded_bytes_at_move' in r else "n/a")
-    print(f"| {r['fill_bytes'] / 2**20:.0f} | {r.get('tiered', 'true')} | {r['rep']} | {r['move_ms'] / 1000:.2f} | {up} | {f('before')} | {f('during')} | {f('after')} "
+    print(f"| {r['fill_bytes'] / 2**20:.0f} | {str(r.get('tiered', True)).lower()} | {r['rep']} | {r['move_ms'] / 1000:.2f} | {up} | {f('before')} | {f('during')} | {f('after')} "
           f"| {r['max_ack_gap_ms']} | {r['publish_errors']} | {r['loadavg_before'][0]:.1f} → {r['loadavg_after'][0]:.1f} |")
 print()
 if drains:

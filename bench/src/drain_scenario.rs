@@ -140,7 +140,11 @@ async fn run_async(args: DrainArgs) -> anyhow::Result<()> {
     let topology = client.topology(TENANT, NAMESPACE, &stream).await?;
     let mut held = std::collections::BTreeMap::<u64, usize>::new();
     for shard in 0..args.shards {
-        for r in topology.shard(shard).map(|r| r.replicas.clone()).unwrap_or_default() {
+        for r in topology
+            .shard(shard)
+            .map(|r| r.replicas.clone())
+            .unwrap_or_default()
+        {
             *held.entry(r).or_default() += 1;
         }
     }
