@@ -37,7 +37,7 @@ fn newest_under(dir: &Path) -> SystemTime {
 }
 
 /// The path of a current `felixctl`, building it once if needed.
-fn felixctl() -> &'static Path {
+pub(super) fn felixctl() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         // The test runs as <target>/<profile>/deps/broker-<hash>; binaries sit in <profile>.
@@ -316,6 +316,8 @@ async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
         );
     }
     no_limit_reads_as_null(&broker).await;
+    super::felixctl_output::segments_table_and_publish_progress(&broker, "smoke/ns/lines").await;
+    super::metrics_formats::metrics_negotiate_the_format_and_promtool_finds_nothing(&broker).await;
 }
 
 /// "No hot-retention limit" is u64::MAX on the wire; printed as 18446744073709551615 it is
