@@ -102,6 +102,32 @@ async fn kafka_requests_bytes_connections_and_group_lag_are_metrics() {
     assert_eq!(last["committed"], serde_json::json!([[0, 150]]), "{last}");
     wait_for_series(&broker, "felix_kafka_group_lag", lag, 0.0).await;
 
+    // An open connection is counted: every client above has closed its own, so after an
+    // answered ApiVersions on this one the gauge reads 1.
+    let mut open = TcpStream::connect(broker.kafka_addr)
+        .await
+        .expect("connect");
+    open.write_all(&[0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 9, 0xff, 0xff])
+        .await
+        .expect("write");
+    let mut len = [0u8; 4];
+    open.read_exact(&mut len)
+        .await
+        .expect("ApiVersions answered");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let open_now = series_plain(&broker.metrics().await, "felix_kafka_connections");
+        if open_now == Some(1.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "felix_kafka_connections is {open_now:?} with one connection open"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    drop(open);
+
     // AddPartitionsToTxn (24) is a Kafka API Felix does not serve: the connection is
     // closed, and the request counted as an error under its API's name.
     let mut raw = TcpStream::connect(broker.kafka_addr)
