@@ -34,6 +34,7 @@ mod api;
 mod configs;
 mod connection;
 mod delete_records;
+mod describe_partitions;
 mod errors;
 mod fetch;
 mod groups;

@@ -7,7 +7,7 @@
 //! Promises held here (docs/kafka.md, "Tested clients"): each produces and consumes through
 //! a consumer group with its offsets committed; kafkajs and aiokafka asking for transactions
 //! are refused at once and not retriably (Felix has none); kafka-python grows a topic with
-//! CreatePartitions.
+//! CreatePartitions and pages through its partitions with DescribeTopicPartitions.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -152,4 +152,16 @@ async fn kafkajs_aiokafka_and_kafka_python_round_trip_and_transactions_are_refus
 
     assert_round_trip("kafka-python", &py);
     assert_eq!(py["partitions"], 3, "CreatePartitions grew the topic: {py}");
+    // DescribeTopicPartitions pages by partition, in order, and says when it is done.
+    assert_eq!(
+        py["pages"],
+        serde_json::json!([[["py-topic", 0, [0, 1]]], [["py-topic", 0, [2]]]]),
+        "{py}"
+    );
+    // UNKNOWN_TOPIC_OR_PARTITION, and the topic is not created.
+    assert_eq!(
+        py["unknown"],
+        serde_json::json!([["no-such-topic", 3]]),
+        "{py}"
+    );
 }

@@ -1,6 +1,7 @@
 """kafka-python as gateway/tests/broker/kafka_clients.rs drives it: one run creates a topic
 with one partition, produces records, consumes them through a consumer group (committing),
-then grows the topic with CreatePartitions and reads the partition count back. JSON on
+then grows the topic with CreatePartitions, reads the partition count back and pages through
+its partitions with DescribeTopicPartitions. JSON on
 stdout. By hand:
 
     python3 kafka_py.py 127.0.0.1:9092 py-topic 10
@@ -38,8 +39,19 @@ def main(bootstrap, topic, count):
 
     admin.create_partitions({topic: NewPartitions(total_count=3)})
     partitions = len(admin.describe_topics([topic])[0]["partitions"])
+    # DescribeTopicPartitions (KIP-966), two partitions a page, following the cursor.
+    pages, cursor = [], None
+    while len(pages) < 5:
+        page = admin.describe_topic_partitions([topic], response_partition_limit=2, cursor=cursor)
+        pages.append([[t["name"], t["error_code"], [p["partition_index"] for p in t["partitions"]]]
+                      for t in page["topics"]])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    unknown = admin.describe_topic_partitions(["no-such-topic"])["topics"]
     admin.close()
-    print(json.dumps({"records": records, "committed": committed, "partitions": partitions}))
+    print(json.dumps({"records": records, "committed": committed, "partitions": partitions,
+                      "pages": pages, "unknown": [[t["name"], t["error_code"]] for t in unknown]}))
 
 
 if __name__ == "__main__":
