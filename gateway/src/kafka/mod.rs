@@ -35,6 +35,7 @@ mod configs;
 mod connection;
 mod delete_records;
 mod describe_partitions;
+mod describe_producers;
 mod errors;
 mod fetch;
 mod groups;

@@ -1,5 +1,6 @@
 """kafka-python as gateway/tests/broker/kafka_clients.rs drives it: one run creates a topic
-with one partition, produces records, consumes them through a consumer group (committing),
+with one partition, produces records with an idempotent producer, lists that producer with
+DescribeProducers, consumes them through a consumer group (committing),
 then grows the topic with CreatePartitions, reads the partition count back and pages through
 its partitions with DescribeTopicPartitions. JSON on
 stdout. By hand:
@@ -11,7 +12,7 @@ import json
 import sys
 import time
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewPartitions, NewTopic
 
 
@@ -19,7 +20,7 @@ def main(bootstrap, topic, count):
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])
 
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
     for i in range(count):
         producer.send(topic, key=f"key-{i}".encode(), value=f"value-{i}".encode())
     producer.flush(30)
@@ -37,6 +38,11 @@ def main(bootstrap, topic, count):
     committed = sum(consumer.committed(p) or 0 for p in consumer.assignment())
     consumer.close()
 
+    # DescribeProducers: the idempotent producer above, with the last sequence it landed.
+    states = admin.describe_producers([TopicPartition(topic, 0)])
+    producers = [[p.producer_id, p.producer_epoch, p.last_sequence]
+                 for state in states.values() for p in state.active_producers]
+
     admin.create_partitions({topic: NewPartitions(total_count=3)})
     partitions = len(admin.describe_topics([topic])[0]["partitions"])
     # DescribeTopicPartitions (KIP-966), two partitions a page, following the cursor.
@@ -51,6 +57,7 @@ def main(bootstrap, topic, count):
     unknown = admin.describe_topic_partitions(["no-such-topic"])["topics"]
     admin.close()
     print(json.dumps({"records": records, "committed": committed, "partitions": partitions,
+                      "producers": producers,
                       "pages": pages, "unknown": [[t["name"], t["error_code"]] for t in unknown]}))
 
 
