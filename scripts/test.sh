@@ -40,6 +40,12 @@ if [ "${FELIX_SKIP_INSTALL:-0}" != 1 ]; then
   if ! command -v kcat >/dev/null 2>&1; then
     apt-get install -y kcat || { apt-get update && apt-get install -y kcat; }
   fi
+  # promtool (in Debian's prometheus package, 2.42): broker::metrics_formats lints the
+  # broker's /metrics with `promtool check metrics`.
+  if ! command -v promtool >/dev/null 2>&1; then
+    apt-get install -y --no-install-recommends prometheus \
+      || { apt-get update && apt-get install -y --no-install-recommends prometheus; }
+  fi
   # 2.16 or later: its ShareConsumer drives the share-group tests (broker::kafka_share).
   python3 -c 'from confluent_kafka import ShareConsumer' 2>/dev/null \
     || python3 -m pip install --quiet 'confluent-kafka>=2.16'

@@ -56,6 +56,15 @@ pub enum SeqCheck {
     Reject(ErrorBody),
 }
 
+/// One idempotent producer of a shard, as [`ProducerTable::active`] lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// The sequence number of its last record in the log.
+    pub last_sequence: i32,
+}
+
 /// The producers of one shard.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub struct ProducerTable {
@@ -219,6 +228,25 @@ impl ProducerTable {
         self.check(h)
     }
 
+    /// The producers this table knows, by id: each one's epoch and last sequence landed
+    /// (what Kafka's DescribeProducers reports).
+    pub fn active(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .filter_map(|(&id, p)| {
+                let last = p.recent.back()?;
+                Some(ActiveProducer {
+                    producer_id: id,
+                    epoch: p.epoch,
+                    last_sequence: last.last_seq,
+                })
+            })
+            .collect();
+        out.sort_by_key(|p| p.producer_id);
+        out
+    }
+
     /// Records that `h` landed at these offsets.
     pub fn record(&mut self, h: &BatchHeader, base_offset: u64, last_offset: u64) {
         if h.producer_id < 0 {
@@ -276,6 +304,30 @@ mod tests {
                 base_offset: 13,
                 last_offset: 14
             }
+        );
+    }
+
+    #[test]
+    fn active_producers_show_their_epoch_and_last_sequence() {
+        let mut t = ProducerTable::default();
+        t.record(&header(9, 0, 0, 3), 0, 2);
+        t.record(&header(7, 0, 0, 2), 3, 4);
+        t.record(&header(7, 1, 0, 4), 5, 8);
+        let active = t.active();
+        assert_eq!(
+            active,
+            vec![
+                ActiveProducer {
+                    producer_id: 7,
+                    epoch: 1,
+                    last_sequence: 3
+                },
+                ActiveProducer {
+                    producer_id: 9,
+                    epoch: 0,
+                    last_sequence: 2
+                },
+            ]
         );
     }
 

@@ -436,12 +436,15 @@ fn segment_infos(k: u32, tier: &TieredShard) -> Vec<SegmentInfo> {
         .last()
         .map_or(hot_first.max(uploaded_end), |s| s.last_offset + 1);
     if offsets.committed > active_base {
+        // The active segment's record times, as its help and `felixctl segments` promise
+        // (-1 only if the records seen are in a segment sealed meanwhile).
+        let active = tier.log.active_segment();
         out.push(SegmentInfo {
             shard: k,
             base_offset: active_base,
             last_offset: offsets.committed - 1,
-            min_timestamp: 0,
-            max_timestamp: 0,
+            min_timestamp: active.as_ref().map_or(-1, |a| a.min_timestamp),
+            max_timestamp: active.as_ref().map_or(-1, |a| a.max_timestamp),
             size_bytes: tier
                 .log
                 .size_bytes()

@@ -27,6 +27,7 @@ mod broker {
     mod ephemeral;
     mod fanout;
     mod felixctl;
+    mod felixctl_output;
     mod fencing;
     mod groups;
     mod groups_auth;
@@ -35,12 +36,14 @@ mod broker {
     mod internal_auth;
     mod kafka;
     mod kafka_admin;
+    mod kafka_advertised;
     mod kafka_auth;
     mod kafka_clients;
     mod kafka_group_failover;
     mod kafka_share;
     mod leases;
     mod limits;
+    mod metrics_formats;
     mod move_holds;
     mod moves;
     mod oidc;

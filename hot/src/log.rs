@@ -401,6 +401,18 @@ impl ShardLog {
             .collect()
     }
 
+    /// The active (unsealed) segment's summary, if it holds a batch: its timestamps span
+    /// what is written to it (committed or not), for listings that show segments' times.
+    pub fn active_segment(&self) -> Option<SealedSegment> {
+        self.shared()
+            .segments
+            .read()
+            .iter()
+            .rev()
+            .find(|s| !s.sealed.load(Ordering::Acquire) && !s.is_empty())
+            .map(|s| s.summary())
+    }
+
     /// The largest record timestamp (ms) any segment holds, the active one included; -1
     /// when the log holds no record.
     pub fn max_timestamp(&self) -> i64 {

@@ -16,6 +16,7 @@
 //! (also in `Allow`). Bodies and answers are in docs/configuration.md, *Admin HTTP*.
 
 mod api;
+mod exposition;
 mod faults;
 mod oidc;
 mod rbac;
@@ -39,13 +40,15 @@ pub use self::api::status_for;
 use self::api::{
     AdminState, ApiError, ApiResult, UserStreamConfig, fault_injection_enabled, read, stream_json,
 };
+pub use self::exposition::PROMETHEUS_TEXT_CONTENT_TYPE;
 use crate::broker::Broker;
 use crate::metrics::Metrics;
 
 /// Largest request body accepted.
 pub const BODY_LIMIT: usize = 1024 * 1024;
 
-/// The content type of `/metrics`.
+/// The content type of `/metrics` unless the scraper asks for the Prometheus text format
+/// (`exposition.rs`).
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -62,7 +65,8 @@ pub const ROUTES: &[AdminRoute] = &[
     AdminRoute {
         path: "/metrics",
         methods: &["GET"],
-        what: "the broker's metrics, OpenMetrics text",
+        what: "the broker's metrics: OpenMetrics text, or the Prometheus text format \
+               (0.0.4) when Accept prefers text/plain",
     },
     AdminRoute {
         path: "/healthz",
@@ -270,16 +274,34 @@ pub async fn serve(
         .await
 }
 
+/// The answer depends on `Accept`: a cache in between must not serve one format for the other.
+const VARY_ACCEPT: (header::HeaderName, &str) = (header::VARY, "accept");
+
 async fn get_metrics(State(state): State<AdminState>, headers: HeaderMap) -> ApiResult<Response> {
     if state.metrics_require_auth {
         state.require(&headers, Action::ClusterManage, &Resource::Cluster)?;
     }
     state.broker.refresh_metrics();
-    Ok((
-        [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)],
-        state.metrics.encode(),
-    )
-        .into_response())
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let text = state.metrics.encode();
+    Ok(match exposition::negotiate(accept) {
+        exposition::Exposition::OpenMetrics => (
+            [
+                (header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE),
+                VARY_ACCEPT,
+            ],
+            text,
+        )
+            .into_response(),
+        exposition::Exposition::PrometheusText => (
+            [
+                (header::CONTENT_TYPE, PROMETHEUS_TEXT_CONTENT_TYPE),
+                VARY_ACCEPT,
+            ],
+            exposition::prometheus_text(&text),
+        )
+            .into_response(),
+    })
 }
 
 async fn healthz(State(state): State<AdminState>) -> (StatusCode, &'static str) {

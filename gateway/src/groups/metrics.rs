@@ -41,6 +41,21 @@ pub struct GroupMetrics {
 }
 
 impl GroupMetrics {
+    /// Creates a group's counter series at 0 if they are not there yet, so the first
+    /// redelivery or dead letter of a group shows in Prometheus' `increase()` (a series
+    /// born at 1 reads as no increase).
+    pub(crate) fn seed(&self, l: &GroupLabel) {
+        for family in [
+            &self.delivered,
+            &self.acked,
+            &self.redelivered,
+            &self.dead_lettered,
+        ] {
+            // The guard is dropped at once: only the series's creation matters.
+            drop(family.get_or_create(l));
+        }
+    }
+
     pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "felix_group_records_delivered",

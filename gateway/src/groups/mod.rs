@@ -218,6 +218,8 @@ impl Metrics {
             return;
         }
         let l = metrics::GroupLabel::of(key, group);
+        // Every count a delivery can lead to exists from the first one on.
+        self.groups.seed(&l);
         self.groups
             .delivered
             .get_or_create(&l)

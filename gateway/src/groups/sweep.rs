@@ -100,6 +100,8 @@ impl Broker {
         self.sweep_kafka_journals().await;
         let m = &self.node.metrics.groups;
         for (l, v) in in_flight {
+            // Seeded here too: a group with nothing delivered yet (or since a restart).
+            m.seed(&l);
             m.in_flight.get_or_create(&l).set(v);
         }
         for (l, v) in backlog {

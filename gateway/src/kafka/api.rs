@@ -37,6 +37,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::DescribeProducers, 0, 0),
     // v0 too: librdkafka 2.0 asks for it before it uses PLAIN (the bare SASL frame that
     // follows a v0 handshake is handled in `sasl`).
     (ApiKey::SaslHandshake, 0, 1),
@@ -272,6 +274,8 @@ mod tests {
             ApiKey::CreatePartitions => body!(CreatePartitionsRequest),
             ApiKey::DeleteRecords => body!(DeleteRecordsRequest),
             ApiKey::DeleteGroups => body!(DeleteGroupsRequest),
+            ApiKey::DescribeTopicPartitions => body!(DescribeTopicPartitionsRequest),
+            ApiKey::DescribeProducers => body!(DescribeProducersRequest),
             ApiKey::ConsumerGroupHeartbeat => body!(ConsumerGroupHeartbeatRequest),
             ApiKey::ShareGroupHeartbeat => body!(ShareGroupHeartbeatRequest),
             ApiKey::ShareGroupDescribe => body!(ShareGroupDescribeRequest),

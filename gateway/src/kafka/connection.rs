@@ -27,8 +27,8 @@ use super::groups::{self, Caller};
 use super::sasl::{self, SaslState};
 use super::scope::Scope;
 use super::{
-    IDLE_TIMEOUT, Kafka, configs, delete_records, fetch, list_offsets, partitions, produce, share,
-    topics, unbuilt,
+    IDLE_TIMEOUT, Kafka, configs, delete_records, describe_partitions, describe_producers, fetch,
+    list_offsets, partitions, produce, share, topics, unbuilt,
 };
 
 /// How long writing one response may take before the client is considered gone.
@@ -397,6 +397,12 @@ async fn serve_request(
             kafka, scope, r, version, advertised
         )
         .await),
+        ApiKey::DescribeProducers => serve!(DescribeProducersRequest, |r| {
+            describe_producers::describe_producers(kafka, scope, r).await
+        }),
+        ApiKey::DescribeTopicPartitions => serve!(DescribeTopicPartitionsRequest, |r| {
+            describe_partitions::describe_topic_partitions(kafka, scope, r, advertised).await
+        }),
         ApiKey::Produce => {
             let r: ProduceRequest = api::decode_body(buf, api, version)?;
             let (answer, mute) = produce::produce(kafka, scope, r, version).await;

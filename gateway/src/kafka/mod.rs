@@ -34,6 +34,8 @@ mod api;
 mod configs;
 mod connection;
 mod delete_records;
+mod describe_partitions;
+mod describe_producers;
 mod errors;
 mod fetch;
 mod groups;

@@ -1,5 +1,6 @@
 //! Analytics straight from the object store (docs/analytics.md): the DuckDB, pyarrow and
-//! polars examples of that page, run by `analytics.py` beside this file against the Parquet
+//! polars examples of that page, read from the page and run as printed there by
+//! `analytics.py` beside this file against the Parquet
 //! objects a real broker uploaded, compute what was published: a JSON field of the payload
 //! per user, a timestamp filter, one stream read by its path with Hive partitioning.
 

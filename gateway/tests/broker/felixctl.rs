@@ -37,7 +37,7 @@ fn newest_under(dir: &Path) -> SystemTime {
 }
 
 /// The path of a current `felixctl`, building it once if needed.
-fn felixctl() -> &'static Path {
+pub(super) fn felixctl() -> &'static Path {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         // The test runs as <target>/<profile>/deps/broker-<hash>; binaries sit in <profile>.
@@ -316,6 +316,9 @@ async fn felixctl_creates_publishes_stdin_lines_and_subscribes_them_back() {
         );
     }
     no_limit_reads_as_null(&broker).await;
+    the_admin_api_describes_itself(&broker).await;
+    super::felixctl_output::segments_table_and_publish_progress(&broker, "smoke/ns/lines").await;
+    super::metrics_formats::metrics_negotiate_the_format_and_promtool_finds_nothing(&broker).await;
 }
 
 /// "No hot-retention limit" is u64::MAX on the wire; printed as 18446744073709551615 it is
@@ -392,6 +395,43 @@ async fn no_limit_reads_as_null(broker: &Broker) {
         info["config"]["hot_retention_ms"],
         serde_json::Value::Null,
         "{body}"
+    );
+}
+
+/// The admin HTTP API of a real broker process describes itself: `GET /v1` lists its
+/// routes, an unknown path is 404 `not_found`, a known path with another method is 405
+/// `method_not_allowed` naming the methods it takes (gateway::admin's unit test requests
+/// every listed route and checks the `Allow` header).
+async fn the_admin_api_describes_itself(broker: &Broker) {
+    let (status, body) = http_json(broker, "GET", "/v1", "").await;
+    assert_eq!(status, 200, "{body}");
+    let listed: serde_json::Value = serde_json::from_str(&body).expect("GET /v1 is JSON");
+    let paths: Vec<&str> = listed["routes"]
+        .as_array()
+        .expect("routes")
+        .iter()
+        .filter_map(|r| r["path"].as_str())
+        .collect();
+    for path in [
+        "/metrics",
+        "/healthz",
+        "/v1/tenants",
+        "/v1/streams/{tenant}/{namespace}",
+    ] {
+        assert!(paths.contains(&path), "{path} listed: {body}");
+    }
+    let (status, body) = http_json(broker, "GET", "/v1/no/such/route", "").await;
+    assert_eq!(status, 404, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).expect("a JSON refusal");
+    assert_eq!(error["reason"], "not_found", "{body}");
+    let (status, body) = http_json(broker, "PUT", "/v1/tenants", "{}").await;
+    assert_eq!(status, 405, "{body}");
+    let error: serde_json::Value = serde_json::from_str(&body).expect("a JSON refusal");
+    assert_eq!(error["reason"], "method_not_allowed", "{body}");
+    let message = error["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("GET") && message.contains("POST"),
+        "the allowed methods named: {body}"
     );
 }
 

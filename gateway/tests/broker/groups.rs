@@ -650,6 +650,14 @@ async fn group_metrics_count_deliveries_acks_redeliveries_and_dead_letters(broke
         value("felix_group_records_dead_lettered_total", "poison"),
         4.0
     );
+    // A group's counters exist from its first delivery, at 0 until their first event, so
+    // that event shows in Prometheus' increase(): "work" never dead-lettered a record.
+    assert!(
+        metric_lines(&text, "felix_group_records_dead_lettered_total")
+            .into_iter()
+            .any(|l| l.contains("stream=\"work\"") && metric_value(l) == 0.0),
+        "no zero dead-letter series for a group that has none:\n{text}"
+    );
     for gauge in ["felix_group_in_flight", "felix_group_backlog_records"] {
         assert!(
             !metric_lines(&text, gauge).is_empty(),

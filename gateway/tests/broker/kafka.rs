@@ -708,7 +708,8 @@ async fn read_response(stream: &mut TcpStream) -> Vec<u8> {
 
 /// An ApiVersions request newer than the broker's is answered in the v0 shape with
 /// UNSUPPORTED_VERSION (how old and new clients negotiate down); a malformed or unknown
-/// request closes only its own connection; the broker keeps serving.
+/// request closes only its own connection; the broker keeps serving. Then the advertised
+/// set is held to the answered set (`kafka_advertised`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_too_new_api_versions_gets_the_v0_answer_and_bad_requests_close_only_their_connection() {
     let broker = Broker::start(options()).await;
@@ -777,6 +778,9 @@ async fn a_too_new_api_versions_gets_the_v0_answer_and_bad_requests_close_only_t
     let r = read_response(&mut s).await;
     assert_eq!(&r[0..4], &43i32.to_be_bytes());
     assert_eq!(&r[4..6], &0i16.to_be_bytes(), "no error");
+
+    super::kafka_advertised::every_advertised_api_is_answered_and_nothing_else(broker.kafka_addr)
+        .await;
 }
 
 /// What Felix's Kafka listener does not serve, a client must learn at once, as an error its
@@ -813,6 +817,12 @@ async fn unsupported_kafka_features_fail_at_once_with_an_error_the_application_s
     assert_eq!(refused["retriable"], false, "{refused}");
     let message = refused["message"].as_str().unwrap_or_default();
     assert!(message.contains("Felix has no transactions"), "{refused}");
+    // At once: the script gives init_transactions() 30 s, which a retried refusal would use.
+    let seconds = refused["seconds"].as_f64().expect("seconds");
+    assert!(
+        seconds < 5.0,
+        "refused at once, not after a timeout: {refused}"
+    );
 }
 
 /// Kafka's admin API reads and sets a topic's retention as the stream's settings, and a

@@ -8,6 +8,7 @@ Runnable by hand as well:
     python3 kafka_admin.py list-offsets 127.0.0.1:9092 orders 0 max
     python3 kafka_admin.py delete-groups 127.0.0.1:9092 g1 [--member orders]
     python3 kafka_admin.py reset-configs 127.0.0.1:9092 orders retention.ms
+    python3 kafka_admin.py read-from 127.0.0.1:9092 orders 0 100
 
 With --token (before the subcommand) every call authenticates with SASL/PLAIN and that
 Felix token. A call Felix refuses prints {"error": <Kafka error name>, "message": ...} rather than failing.
@@ -119,6 +120,29 @@ def list_offsets(args):
         print(json.dumps(refused(e)))
 
 
+def read_from(args):
+    """Reads one partition from `offset` with a consumer that never resets its position:
+    the first record's offset, or the first error the application sees."""
+    consumer = Consumer({**base(args), "group.id": "read-from", "enable.auto.commit": False,
+                         "auto.offset.reset": "error"})
+    consumer.assign([TopicPartition(args.topic, args.partition, args.offset)])
+    out = {"first": None, "error": None}
+    deadline = time.time() + 30
+    try:
+        while time.time() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                out["error"] = msg.error().str()
+            else:
+                out["first"] = msg.offset()
+            break
+    finally:
+        consumer.close()
+    print(json.dumps(out))
+
+
 def reset_configs(args):
     """Resets topic configs with IncrementalAlterConfigs DELETE, then describes them."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
@@ -169,6 +193,12 @@ def main():
     p.add_argument("partition", type=int)
     p.add_argument("spec", choices=["earliest", "latest", "max"])
     p.set_defaults(run=list_offsets)
+    p = sub.add_parser("read-from")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("partition", type=int)
+    p.add_argument("offset", type=int)
+    p.set_defaults(run=read_from)
     p = sub.add_parser("reset-configs")
     p.add_argument("bootstrap")
     p.add_argument("topic")

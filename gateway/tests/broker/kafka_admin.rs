@@ -102,6 +102,32 @@ async fn kafka_requests_bytes_connections_and_group_lag_are_metrics() {
     assert_eq!(last["committed"], serde_json::json!([[0, 150]]), "{last}");
     wait_for_series(&broker, "felix_kafka_group_lag", lag, 0.0).await;
 
+    // An open connection is counted: every client above has closed its own, so after an
+    // answered ApiVersions on this one the gauge reads 1.
+    let mut open = TcpStream::connect(broker.kafka_addr)
+        .await
+        .expect("connect");
+    open.write_all(&[0, 0, 0, 10, 0, 18, 0, 0, 0, 0, 0, 9, 0xff, 0xff])
+        .await
+        .expect("write");
+    let mut len = [0u8; 4];
+    open.read_exact(&mut len)
+        .await
+        .expect("ApiVersions answered");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let open_now = series_plain(&broker.metrics().await, "felix_kafka_connections");
+        if open_now == Some(1.0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "felix_kafka_connections is {open_now:?} with one connection open"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    drop(open);
+
     // AddPartitionsToTxn (24) is a Kafka API Felix does not serve: the connection is
     // closed, and the request counted as an error under its API's name.
     let mut raw = TcpStream::connect(broker.kafka_addr)
@@ -180,7 +206,8 @@ fn series_plain(text: &str, name: &str) -> Option<f64> {
 /// refuses to shrink it; ListOffsets' max_timestamp finds the newest-stamped record, not the
 /// last; DeleteRecords raises the earliest offset (and refuses an offset past the end);
 /// DeleteGroups removes a group's offsets, refuses a group with a member and says when a
-/// group is unknown; IncrementalAlterConfigs DELETE resets configs to a new topic's.
+/// group is unknown; IncrementalAlterConfigs DELETE resets configs to a new topic's; and
+/// DeleteRecords reaches the uploaded objects (the cold tier) too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_admin_apis_grow_topics_delete_records_and_groups_and_reset_configs() {
     let broker = Broker::start(BrokerOptions::new()).await;
@@ -277,4 +304,103 @@ async fn kafka_admin_apis_grow_topics_delete_records_and_groups_and_reset_config
     assert_eq!(all["low_watermark"], 20, "{all}");
     let earliest = admin(&["list-offsets", b, "tiered", "0", "earliest"]).await;
     assert_eq!(earliest["offset"], 20, "{earliest}");
+
+    delete_records_reaches_the_uploaded_objects(&broker).await;
+}
+
+/// The uploaded objects of partition 0 of `stream` in the broker's local object store, as
+/// (first offset, last offset), from their names (`{base:020}-{last:020}.parquet`).
+fn objects(broker: &Broker, stream: &str) -> Vec<(u64, u64)> {
+    let dir = broker.data_dir().join(format!(
+        "objects/tenant=default/namespace=default/stream={stream}/shard=0"
+    ));
+    let mut out: Vec<(u64, u64)> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                let (base, last) = name.strip_suffix(".parquet")?.split_once('-')?;
+                Some((base.parse().ok()?, last.parse().ok()?))
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+/// DeleteRecords on the cold tier: with a partition's records in several uploaded objects,
+/// a floor inside the third object answers that offset as the low watermark, removes the
+/// objects wholly below it from the store and keeps the one holding it; confluent-kafka
+/// reading below the floor gets an out-of-range error, and reading at it gets the record.
+async fn delete_records_reaches_the_uploaded_objects(broker: &Broker) {
+    let b = broker.kafka_addr.to_string();
+    let b = b.as_str();
+    let client = broker.client().await;
+    let config = felix_client::StreamConfig {
+        durable: Some(true),
+        shards: Some(1),
+        segment_bytes: Some(4096),
+        // The last segment rolls (and is uploaded) after a second of quiet.
+        segment_ms: Some(1000),
+        tiered: Some(true),
+        ..felix_client::StreamConfig::default()
+    };
+    client
+        .create_stream("default", "default", "coldfloor", config)
+        .await
+        .expect("stream");
+    let p = python(&[
+        "produce",
+        b,
+        "coldfloor",
+        "200",
+        "--value-bytes",
+        "200",
+        "--batch",
+        "10",
+    ])
+    .await;
+    assert_eq!(p["errors"], serde_json::json!([]), "{p}");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        let info = client
+            .describe_stream("default", "default", "coldfloor")
+            .await
+            .expect("describe");
+        if info.shards[0].uploaded_end == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not all uploaded: {:?}",
+            info.shards[0]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let before = objects(broker, "coldfloor");
+    assert!(before.len() >= 4, "several objects: {before:?}");
+    let (third_base, third_last) = before[2];
+    assert!(third_last > third_base, "{before:?}");
+    let floor = third_base + 1;
+
+    let deleted = admin(&["delete-records", b, "coldfloor", "0", &floor.to_string()]).await;
+    assert_eq!(deleted["low_watermark"], floor, "{deleted}");
+    let earliest = admin(&["list-offsets", b, "coldfloor", "0", "earliest"]).await;
+    assert_eq!(earliest["offset"], floor, "{earliest}");
+    let after = objects(broker, "coldfloor");
+    assert_eq!(
+        after,
+        before[2..].to_vec(),
+        "objects wholly below the floor deleted, the rest kept"
+    );
+    let below = admin(&["read-from", b, "coldfloor", "0", "0"]).await;
+    assert!(
+        below["first"].is_null()
+            && below["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("out of range")),
+        "below the floor: {below}"
+    );
+    let at = admin(&["read-from", b, "coldfloor", "0", &floor.to_string()]).await;
+    assert_eq!(at["first"], floor, "{at}");
 }

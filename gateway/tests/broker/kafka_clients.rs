@@ -7,7 +7,8 @@
 //! Promises held here (docs/kafka.md, "Tested clients"): each produces and consumes through
 //! a consumer group with its offsets committed; kafkajs and aiokafka asking for transactions
 //! are refused at once and not retriably (Felix has none); kafka-python grows a topic with
-//! CreatePartitions.
+//! CreatePartitions, pages through its partitions with DescribeTopicPartitions and lists
+//! its idempotent producer with DescribeProducers.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -152,4 +153,23 @@ async fn kafkajs_aiokafka_and_kafka_python_round_trip_and_transactions_are_refus
 
     assert_round_trip("kafka-python", &py);
     assert_eq!(py["partitions"], 3, "CreatePartitions grew the topic: {py}");
+    // DescribeProducers: the one idempotent producer, epoch 0, at the sequence of its last
+    // record (one partition: records 0..COUNT took sequences 0..COUNT).
+    let producers = py["producers"].as_array().expect("producers");
+    assert_eq!(producers.len(), 1, "{py}");
+    assert!(producers[0][0].as_i64().is_some_and(|id| id >= 0), "{py}");
+    assert_eq!(producers[0][1], 0, "{py}");
+    assert_eq!(producers[0][2], COUNT as i64 - 1, "{py}");
+    // DescribeTopicPartitions pages by partition, in order, and says when it is done.
+    assert_eq!(
+        py["pages"],
+        serde_json::json!([[["py-topic", 0, [0, 1]]], [["py-topic", 0, [2]]]]),
+        "{py}"
+    );
+    // UNKNOWN_TOPIC_OR_PARTITION, and the topic is not created.
+    assert_eq!(
+        py["unknown"],
+        serde_json::json!([["no-such-topic", 3]]),
+        "{py}"
+    );
 }
