@@ -68,8 +68,31 @@ pub struct CacheMetrics {
     pub cache_forwarded: Counter,
 }
 
+/// Every operation a client can ask of a cache, as [`felix_wire::cache::CacheRequest::kind`]
+/// names it: each has an `ok` series from start-up, so its first one shows in `increase()`.
+const OPERATIONS: [&str; 12] = [
+    "create",
+    "describe",
+    "list",
+    "drop",
+    "put",
+    "put_if",
+    "get",
+    "delete",
+    "delete_if",
+    "counter_add",
+    "counter_get",
+    "watch",
+];
+
 impl CacheMetrics {
     pub(crate) fn register(&self, registry: &mut Registry) {
+        for op in OPERATIONS {
+            self.cache_operations.get_or_create(&OpResult {
+                op: op.to_owned(),
+                result: "ok".to_owned(),
+            });
+        }
         registry.register(
             "felix_cache_operations",
             "Cache operations this broker answered to a client, by kind and result (ok, or the \
@@ -120,6 +143,14 @@ impl CacheMetrics {
                 result: result.to_owned(),
             })
             .inc();
+    }
+
+    /// The per-cache counters of a shard opened here, at 0 until their first event.
+    pub(crate) fn seed_cache(&self, key: &ShardKey, cache: &str) {
+        let label = CacheLabel::of(key, cache);
+        self.cache_expired.get_or_create(&label);
+        self.cache_evicted.get_or_create(&label);
+        self.cache_compactions.get_or_create(&label);
     }
 
     pub(crate) fn expired(&self, key: &ShardKey, cache: &str, n: u64) {

@@ -120,6 +120,7 @@ impl Broker {
             unwritten: Default::default(),
             lost: Default::default(),
         });
+        self.node.metrics.cache.seed_cache(key, &c.cache);
         if let Some(old) = open.insert(key.clone(), c.clone()) {
             self.forget_memory(&old);
         }

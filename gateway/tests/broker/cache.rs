@@ -65,6 +65,7 @@ async fn ensure_namespace(conn: &Connection, tenant: &str, namespace: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cache_on_one_broker() {
     let mut broker = Broker::start(BrokerOptions::new()).await;
+    cache_operation_counters_exist_at_zero_before_the_first_operation(&broker).await;
     let conn = broker.client().await;
     ensure_namespace(&conn, T, NS).await;
     let client = client_of(&broker.quic_addr.to_string(), broker.admin_token()).await;
@@ -514,8 +515,36 @@ async fn counters_add_atomically_and_refuse_what_is_not_a_number(client: &Client
     );
 }
 
+/// So the first operation of each kind shows in `increase()`.
+async fn cache_operation_counters_exist_at_zero_before_the_first_operation(broker: &Broker) {
+    let text = broker.metrics().await;
+    for op in [
+        "put",
+        "put_if",
+        "get",
+        "delete_if",
+        "counter_add",
+        "watch",
+        "create",
+    ] {
+        let series = format!("felix_cache_operations_total{{op=\"{op}\",result=\"ok\"}} 0");
+        assert!(
+            text.lines().any(|l| l.starts_with(&series)),
+            "no {series} on a fresh broker"
+        );
+    }
+}
+
 async fn cache_metrics_count_operations_by_kind_and_result(broker: &Broker) {
     let text = broker.metrics().await;
+    // A cache with no expiry, eviction or compaction yet has those counters at 0.
+    for family in ["felix_cache_expired_total", "felix_cache_evicted_total"] {
+        let line = metric_lines(&text, family)
+            .into_iter()
+            .find(|l| l.contains("cache=\"resumable\""))
+            .unwrap_or_else(|| panic!("no {family} series for the cache resumable"));
+        assert!(line.ends_with(" 0"), "{line}");
+    }
     for (op, result) in [
         ("put", "ok"),
         ("put_if", "version_conflict"),
