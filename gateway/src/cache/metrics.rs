@@ -88,7 +88,7 @@ const OPERATIONS: [&str; 12] = [
 impl CacheMetrics {
     pub(crate) fn register(&self, registry: &mut Registry) {
         for op in OPERATIONS {
-            self.cache_operations.get_or_create(&OpResult {
+            let _ = self.cache_operations.get_or_create(&OpResult {
                 op: op.to_owned(),
                 result: "ok".to_owned(),
             });
@@ -148,9 +148,9 @@ impl CacheMetrics {
     /// The per-cache counters of a shard opened here, at 0 until their first event.
     pub(crate) fn seed_cache(&self, key: &ShardKey, cache: &str) {
         let label = CacheLabel::of(key, cache);
-        self.cache_expired.get_or_create(&label);
-        self.cache_evicted.get_or_create(&label);
-        self.cache_compactions.get_or_create(&label);
+        let _ = self.cache_expired.get_or_create(&label);
+        let _ = self.cache_evicted.get_or_create(&label);
+        let _ = self.cache_compactions.get_or_create(&label);
     }
 
     pub(crate) fn expired(&self, key: &ShardKey, cache: &str, n: u64) {
