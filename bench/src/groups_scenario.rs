@@ -15,9 +15,14 @@
 //!   `max_attempts` 1 and a dead-letter stream, the rest acknowledged: what redelivery and
 //!   dead-lettering cost.
 //!
+//! * `half_load` (`--half-load-secs`, after the others): 4 consumers of a fresh group from
+//!   `latest` while one publisher sends at half the records/s the 4-consumer run reached
+//!   (`groups_half_load.rs`).
+//!
 //! Figures: records/s from the start of consumption to the last record received (or
 //! acknowledged); for groups also claim-to-ack latency per record (from the poll's return
-//! to its acknowledgement's answer) at full load.
+//! to its acknowledgement's answer), at full load and at half load, where publish-to-ack
+//! (from the record's timestamp) is measured too.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,19 +40,19 @@ use crate::common::{
     runtime, unique_name,
 };
 
-const NAMESPACE: &str = "groups";
+pub(crate) const NAMESPACE: &str = "groups";
 
 #[derive(Args, Debug, Clone)]
 pub struct GroupsArgs {
     /// The broker's QUIC address (a loopback broker needs no CA).
     #[arg(long, default_value = "127.0.0.1:5000")]
-    broker: String,
+    pub(crate) broker: String,
     /// Records preloaded and consumed in each run.
     #[arg(long, default_value_t = 100_000)]
     records: u64,
     /// Payload bytes per record.
     #[arg(long, default_value_t = 1024)]
-    size: usize,
+    pub(crate) size: usize,
     /// Shards of the stream.
     #[arg(long, default_value_t = 4)]
     shards: u32,
@@ -56,13 +61,17 @@ pub struct GroupsArgs {
     consumers: Vec<usize>,
     /// Records per poll.
     #[arg(long, default_value_t = 100)]
-    batch: usize,
+    pub(crate) batch: usize,
     /// Replicas of each shard (a cluster: `--broker` is one of its brokers).
     #[arg(long)]
     replicas: Option<u32>,
     /// The stream's consistency (`leader` or `quorum`), for a replicated stream.
     #[arg(long)]
     consistency: Option<String>,
+    /// Seconds of the half-load run: 4 consumers of a live stream published to at half
+    /// the records/s the 4-consumer run reached (0: no half-load run).
+    #[arg(long, default_value_t = 10)]
+    pub(crate) half_load_secs: u64,
 }
 
 #[derive(Serialize)]
@@ -89,13 +98,29 @@ struct Report {
     subscription_records_per_sec: f64,
     groups: Vec<GroupRun>,
     nack10: GroupRun,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    half_load: Option<HalfLoadRun>,
+}
+
+/// Four consumers keeping up with a live stream published to at a fixed rate.
+#[derive(Serialize)]
+pub(crate) struct HalfLoadRun {
+    pub consumers: usize,
+    /// Records/s offered: half of what the 4-consumer run consumed.
+    pub offered_per_sec: f64,
+    /// Records/s acknowledged over the run.
+    pub records_per_sec: f64,
+    /// Claim-to-ack latency per record, µs: p50, p99, p99.9, max.
+    pub claim_to_ack_us: [u64; 4],
+    /// From a record's publish (its timestamp) to its acknowledgement's answer, µs.
+    pub publish_to_ack_us: [u64; 4],
 }
 
 pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
     runtime()?.block_on(run_async(args))
 }
 
-async fn client(addr: &str) -> anyhow::Result<Client> {
+pub(crate) async fn client(addr: &str) -> anyhow::Result<Client> {
     let config = ClientConfig {
         name: "felix-bench".into(),
         ..ClientConfig::default()
@@ -136,6 +161,16 @@ async fn run_async(args: GroupsArgs) -> anyhow::Result<()> {
         groups.push(consume(&args, &admin, &stream, n, None).await?);
     }
     let nack10 = consume(&args, &admin, &stream, 4, Some(&dlq)).await?;
+    let full4 = groups
+        .iter()
+        .find(|g| g.consumers == 4)
+        .map(|g| g.records_per_sec);
+    let half_load = match full4 {
+        Some(rate) if args.half_load_secs > 0 => {
+            Some(crate::groups_half_load::run(&args, &admin, &stream, rate / 2.0).await?)
+        }
+        _ => None,
+    };
     let _ = admin.delete_stream(TENANT, NAMESPACE, &stream).await;
     let _ = admin.delete_stream(TENANT, NAMESPACE, &dlq).await;
     print_line(&Report {
@@ -149,6 +184,7 @@ async fn run_async(args: GroupsArgs) -> anyhow::Result<()> {
         subscription_records_per_sec: subscription,
         groups,
         nack10,
+        half_load,
     })
 }
 

@@ -41,6 +41,7 @@ mod cluster;
 mod common;
 mod drain_scenario;
 mod failover_scenario;
+mod groups_half_load;
 mod groups_scenario;
 mod load;
 mod log_scenario;

@@ -1,0 +1,117 @@
+//! The `groups` scenario's half-load run: four consumers of a group keeping up with a live
+//! stream that one publisher sends to at a fixed rate — half of what four consumers reached
+//! on the preloaded stream — so the latencies are those of a group that is not saturated.
+//!
+//! The publisher sends batches of 10 records on a fixed tick for `--half-load-secs`; the
+//! consumers poll `--batch` records (waiting up to 200 ms) and acknowledge them, until every
+//! published record is acknowledged. Claim-to-ack is from a poll's return to its
+//! acknowledgement's answer; publish-to-ack from the record's timestamp (set by the
+//! publishing client, ms) to that answer.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use felix_client::{AckMode, Client, GroupConfig, GroupStart, Message};
+
+use crate::common::{
+    TENANT, histogram, incompressible, payload_template, percentiles, unique_name,
+};
+use crate::groups_scenario::{GroupsArgs, HalfLoadRun, NAMESPACE, client};
+
+const CONSUMERS: usize = 4;
+const PER_BATCH: usize = 10;
+
+pub(crate) async fn run(
+    args: &GroupsArgs,
+    admin: &Client,
+    stream: &str,
+    offered_per_sec: f64,
+) -> anyhow::Result<HalfLoadRun> {
+    let group = unique_name("half");
+    admin
+        .create_group(
+            TENANT,
+            NAMESPACE,
+            stream,
+            &group,
+            GroupConfig {
+                visibility_timeout_ms: Some(60_000),
+                max_attempts: Some(5),
+                dead_letter: None,
+                start: Some(GroupStart::Latest),
+            },
+        )
+        .await
+        .context("create the half-load group")?;
+    let published = Arc::new(AtomicU64::new(0));
+    let answered = Arc::new(AtomicU64::new(0));
+    let done_publishing = Arc::new(AtomicBool::new(false));
+    let mut consumers = Vec::new();
+    for _ in 0..CONSUMERS {
+        let c = client(&args.broker).await?;
+        let (published, answered, done) =
+            (published.clone(), answered.clone(), done_publishing.clone());
+        let (stream, group, batch) = (stream.to_owned(), group.clone(), args.batch);
+        consumers.push(tokio::spawn(async move {
+            let mut consumer = c.group(TENANT, NAMESPACE, &stream, &group);
+            let (mut claim, mut end_to_end) = (histogram(), histogram());
+            while !(done.load(Ordering::Acquire)
+                && answered.load(Ordering::Acquire) >= published.load(Ordering::Acquire))
+            {
+                let records = consumer.poll(batch, Duration::from_millis(200)).await?;
+                if records.is_empty() {
+                    continue;
+                }
+                let claimed = Instant::now();
+                consumer.ack_all(&records).await?;
+                let us = claimed.elapsed().as_micros() as u64;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64);
+                for r in &records {
+                    let _ = claim.record(us.max(1));
+                    let since = (now - r.timestamp).max(0) as u64 * 1000;
+                    let _ = end_to_end.record(since.max(1));
+                }
+                answered.fetch_add(records.len() as u64, Ordering::AcqRel);
+            }
+            Ok::<_, felix_client::ClientError>((claim, end_to_end))
+        }));
+    }
+    // Consumers are polling before the first record: the group starts at `latest`.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let template = payload_template(args.size);
+    let tick = Duration::from_secs_f64(PER_BATCH as f64 / offered_per_sec.max(1.0));
+    let mut ticks = tokio::time::interval(tick);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(args.half_load_secs) {
+        ticks.tick().await;
+        let payloads = incompressible(&vec![template.clone(); PER_BATCH]);
+        let messages: Vec<Message> = payloads.into_iter().map(Message::new).collect();
+        admin
+            .publish_batch(TENANT, NAMESPACE, stream, messages, AckMode::Batch)
+            .await
+            .context("publish at half load")?;
+        published.fetch_add(PER_BATCH as u64, Ordering::AcqRel);
+    }
+    done_publishing.store(true, Ordering::Release);
+    let (mut claim, mut end_to_end) = (histogram(), histogram());
+    for c in consumers {
+        let (h, e) = tokio::time::timeout(Duration::from_secs(120), c)
+            .await
+            .context("the consumers did not catch up within 120 s")???;
+        claim.add(h)?;
+        end_to_end.add(e)?;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    Ok(HalfLoadRun {
+        consumers: CONSUMERS,
+        offered_per_sec,
+        records_per_sec: answered.load(Ordering::Acquire) as f64 / seconds,
+        claim_to_ack_us: percentiles(&claim),
+        publish_to_ack_us: percentiles(&end_to_end),
+    })
+}
