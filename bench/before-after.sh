@@ -11,6 +11,12 @@
 # The load is pubsub-vs-nats.sh's (4 publishers, batches of 100 records of 1 KiB, 8 batches
 # in flight each, FANOUT subscribers from the live end of one durable stream of one shard,
 # not tiered). Runs alternate between the builds, each on a fresh broker and data dir.
+#
+#   MODE=replay GIB=0.5 bench/before-after.sh ../before ../after LABEL
+#
+# replays instead: catchup.sh's hot replay (`felix-bench catchup --phase load` of GIB GiB,
+# then `--phase replay --expect hot` of that stream from offset 0, every record on the
+# broker's disk); the figure is the replay's records/s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -21,6 +27,8 @@ LABEL=${3:-before-after}
 REPS=${REPS:-5}
 RECORDS=${RECORDS:-300000}
 FANOUT=${FANOUT:-1}
+MODE=${MODE:-pubsub}
+GIB=${GIB:-0.5}
 OUT=bench/results/before-after.jsonl
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/before-after.XXXXXX")
 FELIX_PID=
@@ -45,12 +53,23 @@ run() {
     kill -0 "$FELIX_PID" 2>/dev/null || { cat "$TMP/felix.log" >&2; exit 1; }
     sleep 0.1
   done
-  line=$("$dir/target/release/felix-bench" pubsub --broker "127.0.0.1:$QUIC_PORT" --tiered false \
-    --records "$RECORDS" --size 1024 --batch 100 --publishers 4 --inflight 8 \
-    --fanout "$FANOUT" --rate 0 2>"$TMP/bench.err") || { cat "$TMP/bench.err" >&2; exit 1; }
+  if [ "$MODE" = replay ]; then
+    local bench=("$dir/target/release/felix-bench" catchup --broker "127.0.0.1:$QUIC_PORT"
+      --admin "127.0.0.1:$ADMIN_PORT" --stream hot)
+    "${bench[@]}" --phase load --gib "$GIB" >/dev/null 2>"$TMP/bench.err" ||
+      { cat "$TMP/bench.err" >&2; exit 1; }
+    line=$("${bench[@]}" --phase replay --expect hot --label hot 2>"$TMP/bench.err") ||
+      { cat "$TMP/bench.err" >&2; exit 1; }
+    # The replay's figures, lifted to the top level where the summary reads them.
+    line=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(d.pop("replay")); print(json.dumps(d))' "$line")
+  else
+    line=$("$dir/target/release/felix-bench" pubsub --broker "127.0.0.1:$QUIC_PORT" --tiered false \
+      --records "$RECORDS" --size 1024 --batch 100 --publishers 4 --inflight 8 \
+      --fanout "$FANOUT" --rate 0 2>"$TMP/bench.err") || { cat "$TMP/bench.err" >&2; exit 1; }
+  fi
   stop_pids "$FELIX_PID"
   FELIX_PID=
-  echo "$line" | sed "s/^{/{\"label\":\"$LABEL\",\"build\":\"$name\",\"commit\":\"$(git -C "$dir" rev-parse --short HEAD)\",\"rep\":$rep,\"loadavg_before\":\"$(loadavg)\",/" >>"$OUT"
+  echo "$line" | sed "s/^{/{\"mode\":\"$MODE\",\"label\":\"$LABEL\",\"build\":\"$name\",\"commit\":\"$(git -C "$dir" rev-parse --short HEAD)\",\"rep\":$rep,\"loadavg_before\":\"$(loadavg)\",/" >>"$OUT"
   echo "$name rep $rep: $(json "$line" "['records_per_sec']") records/s" >&2
   sleep 2
 }
