@@ -13,7 +13,7 @@
 //! floor is the offset asked for.
 
 use felix_cold::ColdError;
-use felix_cold::keeper::ManifestKeeper;
+use felix_cold::ManifestKeeper;
 use felix_wire::BatchHeader;
 use felix_wire::protocol::{ErrorBody, codes};
 
@@ -63,7 +63,7 @@ impl Broker {
             .meta
             .trim(&tier.key, floor)
             .await
-            .map_err(|e| cold_error(&e))?
+            .map_err(|e| cold_error(&felix_cold::ColdError::from(e)))?
             .unwrap_or_default();
         tier.manifest.trim(floor);
         for entry in &removed {
