@@ -21,8 +21,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use felix_hot::{FsyncPolicy, LogConfig, LogError, RetentionPolicy, ShardLog};
-use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
-use felix_wire::{BatchBuilder, BatchIter, Compression, DecodedBatch, Record};
+use felix_wire::{BatchBuilder, Compression, Record};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -106,27 +105,15 @@ impl CommittedOffsets {
             entries: HashMap::new(),
             records_since_snapshot: 0,
         };
-        let end = log.committed_offset();
-        let mut offset = log.first_offset();
-        while offset < end {
-            let read = log.read(offset, 4 << 20, None)?;
-            if read.batches.is_empty() {
-                break;
-            }
-            for (_, bytes) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-                match DecodedBatch::decode(bytes, DEFAULT_MAX_DECOMPRESSED) {
-                    Ok(decoded) => {
-                        for r in decoded.records {
-                            table.records_since_snapshot += 1;
-                            apply(&mut table.entries, &r);
-                        }
-                    }
-                    Err(e) => warn!(error = %e, "skipping an unreadable group-offsets batch"),
-                }
-            }
-            offset = read.next_offset;
-        }
-        if end > 0 {
+        crate::journal_replay::each_record(
+            &log,
+            |r| {
+                table.records_since_snapshot += 1;
+                apply(&mut table.entries, &r);
+            },
+            |e| warn!(error = %e, "skipping an unreadable group-offsets batch"),
+        )?;
+        if log.committed_offset() > 0 {
             info!(
                 offsets = table.entries.len(),
                 records = table.records_since_snapshot,
