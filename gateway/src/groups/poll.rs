@@ -337,33 +337,16 @@ impl Broker {
         gs: &GroupShard,
         offsets: &BTreeSet<u64>,
     ) -> Result<HashMap<u64, (i64, Bytes)>, ErrorBody> {
-        let k = &gs.key;
-        let mut found: HashMap<u64, (i64, Bytes)> = HashMap::new();
-        for &o in offsets {
-            if found.contains_key(&o) {
-                continue;
-            }
-            let read = match self
-                .fetch(&k.tenant, &k.namespace, &k.stream, k.shard, o, 1)
-                .await
-            {
-                Ok(read) => read,
-                Err(e) if e.code == codes::OFFSET_TOO_OLD => continue,
-                Err(e) => return Err(e),
-            };
-            for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-                if header.is_control() {
-                    continue;
-                }
-                let bytes = read.batches.slice_ref(batch);
-                for offset in batch_offsets(&header, batch)? {
-                    if offsets.contains(&offset) {
-                        found.insert(offset, (header.base_offset, bytes.clone()));
-                    }
+        self.collect_at(gs, offsets, |found, header, batch, read| {
+            let bytes = read.slice_ref(batch);
+            for offset in batch_offsets(header, batch)? {
+                if offsets.contains(&offset) {
+                    found.insert(offset, (header.base_offset, bytes.clone()));
                 }
             }
-        }
-        Ok(found)
+            Ok(())
+        })
+        .await
     }
 
     /// The records at `offsets` of the shard (those still held in either tier).
@@ -372,6 +355,29 @@ impl Broker {
         gs: &GroupShard,
         offsets: &BTreeSet<u64>,
     ) -> Result<HashMap<u64, Record>, ErrorBody> {
+        self.collect_at(gs, offsets, |found, _, batch, _| {
+            let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
+                .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
+            for r in decoded.records {
+                if offsets.contains(&(r.offset as u64)) {
+                    found.insert(r.offset as u64, r);
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// What `take` collects from the shard's data batches around `offsets`: for each offset
+    /// not collected yet, the read that starts at the batch holding it, each data batch of
+    /// which `take` gets with the bytes it was read in. Offsets retention removed are left
+    /// out.
+    async fn collect_at<T>(
+        &self,
+        gs: &GroupShard,
+        offsets: &BTreeSet<u64>,
+        mut take: impl FnMut(&mut HashMap<u64, T>, &BatchHeader, &[u8], &Bytes) -> Result<(), ErrorBody>,
+    ) -> Result<HashMap<u64, T>, ErrorBody> {
         let k = &gs.key;
         let mut found = HashMap::new();
         for &o in offsets {
@@ -387,15 +393,8 @@ impl Broker {
                 Err(e) => return Err(e),
             };
             for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-                if header.is_control() {
-                    continue;
-                }
-                let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
-                    .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
-                for r in decoded.records {
-                    if offsets.contains(&(r.offset as u64)) {
-                        found.insert(r.offset as u64, r);
-                    }
+                if !header.is_control() {
+                    take(&mut found, &header, batch, &read.batches)?;
                 }
             }
         }

@@ -20,13 +20,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use felix_hot::{FsyncPolicy, LogConfig, LogError, RetentionPolicy, ShardLog};
+use felix_hot::{FsyncPolicy, LogError, ShardLog};
 use felix_wire::{BatchBuilder, Compression, Record};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-/// Segments of the offsets log: small, so compaction can drop them soon.
-const SEGMENT_BYTES: u64 = 4 << 20;
 /// Compact once this many records were appended since the last snapshot, and at least
 /// twice as many as the table holds.
 #[cfg(test)]
@@ -86,21 +84,9 @@ fn batch(entries: &[(OffsetKey, Option<Committed>)]) -> Result<Vec<u8>, LogError
 impl CommittedOffsets {
     /// Opens (or creates) the log in `dir` and rebuilds the table from it.
     pub fn open(dir: &Path, fsync: FsyncPolicy) -> Result<CommittedOffsets, LogError> {
-        let log = ShardLog::open(
-            dir,
-            LogConfig {
-                shard: "kafka/group-offsets".to_owned(),
-                segment_bytes: SEGMENT_BYTES,
-                segment_age: None,
-                fsync,
-                // Compaction decides what goes: the policy only has to allow it.
-                retention: RetentionPolicy {
-                    max_bytes: Some(0),
-                    max_age: None,
-                },
-                ..LogConfig::default()
-            },
-        )?;
+        // A log kept and compacted as a group journal is.
+        let log =
+            crate::groups::journal::open_log(dir, "kafka/group-offsets".to_owned(), fsync, 0)?;
         let mut table = Table {
             entries: HashMap::new(),
             records_since_snapshot: 0,
