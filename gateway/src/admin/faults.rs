@@ -8,7 +8,7 @@ use axum::http::HeaderMap;
 use axum::routing::{MethodRouter, post};
 use felix_meta::auth::{Action, Resource};
 
-use super::api::{AdminState, ApiError, fault_injection_enabled};
+use super::{AdminState, ApiError, fault_injection_enabled};
 
 /// One switch: its route, its setter, and the answers to `POST` (on) and `DELETE` (off).
 struct Switch {

@@ -36,7 +36,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 pub use self::api::status_for;
-use self::api::{AdminState, ApiError, ApiResult, UserStreamConfig, read, stream_json};
+use self::api::{
+    AdminState, ApiError, ApiResult, UserStreamConfig, fault_injection_enabled, read, stream_json,
+};
 use crate::broker::Broker;
 use crate::metrics::Metrics;
 
