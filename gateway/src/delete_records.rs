@@ -19,6 +19,7 @@ use felix_wire::protocol::{ErrorBody, codes};
 
 use crate::broker::Broker;
 use crate::errors::{cold_error, err};
+use crate::shard::shard_key;
 
 impl Broker {
     /// Raises a durable shard's floor to `below` (`None`: its high watermark), on the broker
@@ -31,7 +32,7 @@ impl Broker {
         shard_no: u32,
         below: Option<u64>,
     ) -> Result<u64, ErrorBody> {
-        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let (shard, tier) = self.durable_tier(&shard_key(tenant, namespace, stream, shard_no))?;
         let high_watermark = shard.visible_end();
         let below = below.unwrap_or(high_watermark);
         if below > high_watermark {
