@@ -87,7 +87,7 @@ step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "module import cycles"
-scripts/module-cycles.sh wire/src hot/src cold/src meta/src gateway/src client/src bench/src testkit/src
+scripts/module-cycles.sh wire/src model/src hot/src cold/src meta/src gateway/src client/src bench/src testkit/src
 
 step "cargo test"
 cargo test --workspace --locked

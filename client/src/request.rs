@@ -173,14 +173,7 @@ pub(crate) async fn call_tracked(
         answer
     })
     .await;
-    match result {
-        Ok(Ok(response)) => Ok(response),
-        Ok(Err(error)) => Err(Failed { error, sent }),
-        Err(_) => Err(Failed {
-            error: ClientError::Timeout,
-            sent,
-        }),
-    }
+    settle(result, sent)
 }
 
 /// [`call_tracked`] with a request body, for a request whose answer has a body (a group
@@ -210,6 +203,15 @@ pub(crate) async fn call_with_body(
         Ok((response, frame.body))
     })
     .await;
+    settle(result, sent)
+}
+
+/// A timed exchange's outcome: its answer, or why not and whether the request was sent
+/// (running out of time is [`ClientError::Timeout`], its outcome unknown once sent).
+fn settle<T>(
+    result: Result<Result<T, ClientError>, tokio::time::error::Elapsed>,
+    sent: bool,
+) -> Result<T, Failed> {
     match result {
         Ok(Ok(answer)) => Ok(answer),
         Ok(Err(error)) => Err(Failed { error, sent }),

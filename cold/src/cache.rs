@@ -117,7 +117,7 @@ pub struct ObjectRef {
 
 impl ObjectRef {
     /// The reference of a manifest entry (`None` for an entry without an object).
-    pub fn of(entry: &felix_meta::model::SegmentEntry) -> Option<ObjectRef> {
+    pub fn of(entry: &felix_model::SegmentEntry) -> Option<ObjectRef> {
         Some(ObjectRef {
             key: entry.object_key.clone()?,
             size: entry.size_bytes,

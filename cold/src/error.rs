@@ -36,3 +36,10 @@ pub enum ColdError {
     #[error("{0}")]
     Inconsistent(String),
 }
+
+/// A keeper's failure is the control plane's, as before the keepers left this crate.
+impl From<felix_model::KeeperError> for ColdError {
+    fn from(e: felix_model::KeeperError) -> ColdError {
+        ColdError::Meta(e.0)
+    }
+}

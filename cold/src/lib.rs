@@ -10,9 +10,10 @@
 //!   [`malloc`] the allocator settings that keep decode buffers from going back to the
 //!   kernel after every decode.
 //! * [`uploader`] — moves a shard's committed history into objects recorded in the manifest.
-//! * [`manifest`] — a shard's manifest: this broker's copy, and what the tier asks of the
-//!   control plane that keeps it ([`manifest::ManifestKeeper`]); [`keeper`] the keepers: the
-//!   control plane's handle in a broker, [`keeper::MemoryControlPlane`] in tests.
+//! * [`manifest`] — a shard's manifest: this broker's copy. What the tier asks of the
+//!   control plane that keeps it is felix-model's [`ManifestKeeper`]; the keepers (the
+//!   control plane's handle in a broker, `felix_meta::MemoryControlPlane` in tests) are
+//!   felix-meta's, so this crate does not depend on the control plane.
 //! * [`tiered`] — one read path over both tiers.
 //!
 //! The test doubles (a fault-injecting store, a SeaweedFS launcher) live in felix-testkit,
@@ -22,7 +23,6 @@ pub mod cache;
 pub mod decode_pool;
 pub mod error;
 mod head;
-pub mod keeper;
 pub mod malloc;
 pub mod manifest;
 mod ranged;
@@ -35,3 +35,4 @@ pub mod tiered;
 pub mod uploader;
 
 pub use error::ColdError;
+pub use felix_model::{ManifestKeeper, ManifestState, Recorded, SegmentEntry, ShardKey};

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use felix_hot::RetentionPolicy;
-use felix_meta::model::{SegmentEntry, StreamSettings};
+use felix_model::{SegmentEntry, StreamSettings};
 
 use crate::error::ColdError;
 use crate::manifest::ManifestKeeper;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use felix_hot::{LogError, ReadCache, ShardLog, SharedRead};
-use felix_meta::model::ShardKey;
+use felix_model::ShardKey;
 use felix_wire::BatchHeader;
 
 use crate::cache::{ColdCache, ObjectRef};

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use felix_hot::{SealedSegment, ShardLog};
-use felix_meta::model::{SegmentEntry, ShardKey, TierState};
+use felix_model::{SegmentEntry, ShardKey, TierState};
 use felix_wire::BatchHeader;
 use object_store::buffered::BufWriter;
 use tokio::sync::{broadcast, watch};

@@ -13,12 +13,13 @@
 //! floor is the offset asked for.
 
 use felix_cold::ColdError;
-use felix_cold::keeper::ManifestKeeper;
+use felix_cold::ManifestKeeper;
 use felix_wire::BatchHeader;
 use felix_wire::protocol::{ErrorBody, codes};
 
 use crate::broker::Broker;
 use crate::errors::{cold_error, err};
+use crate::shard::shard_key;
 
 impl Broker {
     /// Raises a durable shard's floor to `below` (`None`: its high watermark), on the broker
@@ -31,7 +32,7 @@ impl Broker {
         shard_no: u32,
         below: Option<u64>,
     ) -> Result<u64, ErrorBody> {
-        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let (shard, tier) = self.durable_tier(&shard_key(tenant, namespace, stream, shard_no))?;
         let high_watermark = shard.visible_end();
         let below = below.unwrap_or(high_watermark);
         if below > high_watermark {
@@ -63,7 +64,7 @@ impl Broker {
             .meta
             .trim(&tier.key, floor)
             .await
-            .map_err(|e| cold_error(&e))?
+            .map_err(|e| cold_error(&felix_cold::ColdError::from(e)))?
             .unwrap_or_default();
         tier.manifest.trim(floor);
         for entry in &removed {

@@ -108,7 +108,6 @@ impl Broker {
                 ));
             }
         };
-        let (_, bytes) = batch.into_parts();
         // Under the lock a hand-over takes after raising its fence (as `publish_durable`): an
         // append lands before the fence's end is read, or not here at all.
         let fence = shard.producers.lock().await;
@@ -122,7 +121,8 @@ impl Broker {
             )
             .retry_after(200));
         }
-        let appended = log.append_if(bytes.to_vec(), expected_offset).await;
+        // The batch goes in as checked above: its CRC is not computed again.
+        let appended = log.append_checked_if(batch, expected_offset).await;
         drop(fence);
         let ticket = match appended {
             Ok(t) => t,

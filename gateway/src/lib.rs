@@ -20,6 +20,7 @@
 //! * [`retention`] — when a shard's retention runs and how far it may cut.
 //! * [`replication`] — leaders, followers, the quorum mark, the lease, broker-to-broker calls.
 //! * [`internal`] — the routes other brokers call on the internal address.
+//! * [`journal_replay`] — reading back a log the broker keeps for itself (group journals).
 //! * [`errors`] — how failures inside the broker become protocol errors.
 //! * [`server`] — the QUIC client protocol: connections, requests, subscription streams.
 //! * [`admin`] — admin HTTP: `/metrics`, `/healthz`, `/v1/...`.
@@ -62,6 +63,7 @@ pub mod forward;
 pub mod groups;
 pub mod inert_settings;
 pub mod internal;
+pub mod journal_replay;
 pub mod kafka;
 pub mod lag_log;
 pub mod metrics;

@@ -10,31 +10,28 @@ use std::sync::Arc;
 use bytes::Bytes;
 use felix_cold::ColdError;
 use felix_cold::tiered::{Tier, TieredShard};
+use felix_meta::model::ShardKey;
 use felix_wire::protocol::{ErrorBody, codes};
 use tokio::sync::watch;
 
 use crate::broker::{Broker, ShardBounds, ShardRead};
 use crate::errors::{cold_error, err};
-use crate::shard::{Shard, shard_key};
+use crate::shard::Shard;
 
 impl Broker {
     /// A durable shard's tiers; an ephemeral shard has no history to read.
     pub(crate) fn durable_tier(
         &self,
-        tenant: &str,
-        namespace: &str,
-        stream: &str,
-        shard_no: u32,
+        key: &ShardKey,
     ) -> Result<(Arc<Shard>, Arc<TieredShard>), ErrorBody> {
-        let key = shard_key(tenant, namespace, stream, shard_no);
-        let (shard, _) = self.shard(&key)?;
+        let (shard, _) = self.shard(key)?;
         let tier = shard.tier.clone().ok_or_else(|| {
             err(
                 codes::INVALID_ARGUMENT,
                 "ephemeral_stream",
                 format!(
-                    "stream {tenant}/{namespace}/{stream} is ephemeral: it keeps no log to read \
-                     by offset"
+                    "stream {}/{}/{} is ephemeral: it keeps no log to read by offset",
+                    key.tenant, key.namespace, key.stream
                 ),
             )
         })?;
@@ -43,14 +40,8 @@ impl Broker {
 
     /// A durable shard's earliest readable offset (either tier) and its high watermark (the
     /// offset the next committed record will take; readers see everything below it).
-    pub fn shard_bounds(
-        &self,
-        tenant: &str,
-        namespace: &str,
-        stream: &str,
-        shard_no: u32,
-    ) -> Result<ShardBounds, ErrorBody> {
-        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+    pub fn shard_bounds(&self, key: &ShardKey) -> Result<ShardBounds, ErrorBody> {
+        let (shard, tier) = self.durable_tier(key)?;
         Ok(ShardBounds {
             earliest: tier.earliest_offset(),
             high_watermark: shard.visible_end(),
@@ -59,14 +50,8 @@ impl Broker {
 
     /// Changes whenever a durable shard's high watermark may have moved: what a pull reader
     /// waiting for new records watches.
-    pub fn watch_high_watermark(
-        &self,
-        tenant: &str,
-        namespace: &str,
-        stream: &str,
-        shard_no: u32,
-    ) -> Result<watch::Receiver<u64>, ErrorBody> {
-        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+    pub fn watch_high_watermark(&self, key: &ShardKey) -> Result<watch::Receiver<u64>, ErrorBody> {
+        let (shard, tier) = self.durable_tier(key)?;
         Ok(shard
             .watch_visible()
             .unwrap_or_else(|| tier.log.watch_committed()))
@@ -79,14 +64,11 @@ impl Broker {
     /// `offset_out_of_range`; one at it reads nothing.
     pub async fn fetch(
         &self,
-        tenant: &str,
-        namespace: &str,
-        stream: &str,
-        shard_no: u32,
+        key: &ShardKey,
         offset: u64,
         max_bytes: usize,
     ) -> Result<ShardRead, ErrorBody> {
-        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let (shard, tier) = self.durable_tier(key)?;
         let high_watermark = shard.visible_end();
         let earliest = tier.earliest_offset();
         if offset < earliest {
@@ -140,13 +122,10 @@ impl Broker {
     /// after `timestamp_ms`, searching both tiers; `None` if no committed record is that new.
     pub async fn offset_for_time(
         &self,
-        tenant: &str,
-        namespace: &str,
-        stream: &str,
-        shard_no: u32,
+        key: &ShardKey,
         timestamp_ms: i64,
     ) -> Result<Option<u64>, ErrorBody> {
-        let (shard, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+        let (shard, tier) = self.durable_tier(key)?;
         let found = tier
             .offset_for_time(timestamp_ms)
             .await
@@ -156,14 +135,8 @@ impl Broker {
 
     /// The largest record timestamp a durable shard holds in either tier (-1: none), for
     /// Kafka's ListOffsets `max_timestamp`.
-    pub fn max_timestamp(
-        &self,
-        tenant: &str,
-        namespace: &str,
-        stream: &str,
-        shard_no: u32,
-    ) -> Result<i64, ErrorBody> {
-        let (_, tier) = self.durable_tier(tenant, namespace, stream, shard_no)?;
+    pub fn max_timestamp(&self, key: &ShardKey) -> Result<i64, ErrorBody> {
+        let (_, tier) = self.durable_tier(key)?;
         let cold = tier
             .manifest
             .snapshot()

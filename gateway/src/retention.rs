@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use felix_cold::tiered::{ManifestState, TieredShard};
+use felix_cold::tiered::TieredShard;
 use felix_cold::{ColdError, retention};
 use felix_meta::MetaHandle;
 use felix_meta::model::StreamSettings;
@@ -72,7 +72,7 @@ pub(crate) async fn run_retention(
 /// Replaces a shard's copy of its manifest with the control plane's applied one (the
 /// leader records objects; a replica, or a broker about to lead, catches up with them).
 pub(crate) fn refresh_manifest(tier: &TieredShard, meta: &MetaHandle) {
-    let state = meta.local(|s| ManifestState::of(s, &tier.key));
+    let state = meta.local(|s| s.manifest(&tier.key));
     tier.log.mark_uploaded_below(state.uploaded_end());
     tier.manifest.replace(state);
 }

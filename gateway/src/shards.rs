@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use felix_cold::cache::ColdCache;
 use felix_cold::store::TierStore;
-use felix_cold::tiered::{Manifest, ManifestState, TieredShard};
+use felix_cold::tiered::{Manifest, TieredShard};
 use felix_cold::uploader::{TierObserver, Uploader, UploaderConfig};
 use felix_hot::{LogConfig, ShardLog};
 use felix_meta::model::{Durability, ShardKey, StreamSettings};
@@ -203,7 +203,7 @@ impl Shards {
         let repl = self.node.cluster.then(|| Arc::new(ReplState::new(0)));
         // The uploader re-reads the control plane before each upload, and a new leader
         // refreshes this copy (`refresh_manifest`).
-        let manifest_state = self.node.meta.local(|s| ManifestState::of(s, key));
+        let manifest_state = self.node.meta.local(|s| s.manifest(key));
         let log = if settings.durability == Durability::Durable {
             let stream_dir = self.stream_dir(tenant, namespace, stream);
             crate::stream_files::claim(&stream_dir, incarnation).map_err(|e| {

@@ -167,6 +167,18 @@ impl ShardLog {
             .await
     }
 
+    /// [`ShardLog::append_if`] for a batch its caller already validated ([`CheckedBatch`]),
+    /// so `publish_if`, like a publish, computes the batch's CRC once, at ingress.
+    pub async fn append_checked_if(
+        &self,
+        batch: CheckedBatch,
+        expected_offset: u64,
+    ) -> Result<Appended, LogError> {
+        let (header, bytes) = batch.into_parts();
+        self.enqueue_valid(bytes.to_vec(), header, Placement::LeaderAt(expected_offset))
+            .await
+    }
+
     /// Follower append: the batch keeps its offsets and generation. Refused if it does not
     /// start exactly at the shard's next offset or carries an older generation than the
     /// shard has seen; a newer generation is adopted.

@@ -11,6 +11,9 @@
 //! * [`node`] — starting a node: storage, network, membership bootstrap, wiped-volume guard.
 //! * [`handle`] — [`MetaHandle`], the API the rest of Felix uses: propose (batched),
 //!   linearizable reads, a watch of the registry, membership changes, leases.
+//! * [`keeper`] — the keepers of a shard's manifest for the object tier
+//!   ([`felix_model::ManifestKeeper`]): the [`MetaHandle`], and [`MemoryControlPlane`] for
+//!   tests.
 //! * [`lease`] — shard-leader leases, granted by the meta leader.
 //! * [`faults`] — cutting a node off the internal network, for cluster tests.
 //! * [`controller`] — failover: on the meta leader, marks brokers whose lease lapsed dead,
@@ -24,6 +27,7 @@ pub mod controller;
 pub mod drain;
 pub mod faults;
 pub mod handle;
+pub mod keeper;
 pub mod lease;
 pub mod log_store;
 pub mod model;
@@ -34,6 +38,7 @@ pub mod state_machine;
 pub mod types;
 
 pub use handle::{MetaError, MetaHandle};
+pub use keeper::MemoryControlPlane;
 pub use model::{Applied, Command, CommandError, MetaState};
 pub use node::{MetaConfig, MetaNode};
 pub use types::{NodeId, TypeConfig};

@@ -229,23 +229,8 @@ pub fn router(broker: Arc<Broker>, metrics: Arc<Metrics>, metrics_require_auth: 
         .route(
             "/v1/faults/skip_ingress_publish_check",
             post(rbac::skip_ingress_publish_check).delete(rbac::skip_ingress_publish_check),
-        )
-        .route(
-            "/v1/faults/isolate",
-            axum::routing::post(isolate).delete(heal),
-        )
-        .route(
-            "/v1/faults/stall_writes",
-            axum::routing::post(stall_writes).delete(resume_writes),
-        )
-        .route(
-            "/v1/faults/hold_answers",
-            axum::routing::post(faults::hold_answers).delete(faults::release_answers),
-        )
-        .route(
-            "/v1/faults/hold_handovers",
-            axum::routing::post(faults::hold_handovers).delete(faults::release_handovers),
-        )
+        );
+    let routes = faults::routes(routes)
         .fallback(no_route)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(AdminState {
@@ -310,70 +295,6 @@ async fn healthz(State(state): State<AdminState>) -> (StatusCode, &'static str) 
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
     }
-}
-
-/// Fault injection (`FELIX_FAULT_INJECTION=1` only): cuts this node off the internal
-/// network (`POST`) or heals the cut (`DELETE`); see `felix_meta::faults`.
-async fn isolate(state: State<AdminState>, headers: HeaderMap) -> Result<&'static str, ApiError> {
-    fault_switch(
-        state,
-        &headers,
-        felix_meta::faults::set_isolated,
-        true,
-        "isolated",
-    )
-}
-
-async fn heal(state: State<AdminState>, headers: HeaderMap) -> Result<&'static str, ApiError> {
-    fault_switch(
-        state,
-        &headers,
-        felix_meta::faults::set_isolated,
-        false,
-        "healed",
-    )
-}
-
-/// Fault injection: holds this node's leader log writes after they were accepted (`POST`)
-/// or lets them go on (`DELETE`); see `felix_meta::faults`.
-async fn stall_writes(
-    state: State<AdminState>,
-    headers: HeaderMap,
-) -> Result<&'static str, ApiError> {
-    fault_switch(
-        state,
-        &headers,
-        felix_meta::faults::set_writes_stalled,
-        true,
-        "stalled",
-    )
-}
-
-async fn resume_writes(
-    state: State<AdminState>,
-    headers: HeaderMap,
-) -> Result<&'static str, ApiError> {
-    fault_switch(
-        state,
-        &headers,
-        felix_meta::faults::set_writes_stalled,
-        false,
-        "resumed",
-    )
-}
-
-/// Flips one fault switch for a `cluster.manage` caller, only with fault injection on.
-fn fault_switch(
-    State(state): State<AdminState>,
-    headers: &HeaderMap,
-    set: fn(bool),
-    on: bool,
-    answer: &'static str,
-) -> Result<&'static str, ApiError> {
-    fault_injection_enabled()?;
-    state.require(headers, Action::ClusterManage, &Resource::Cluster)?;
-    set(on);
-    Ok(answer)
 }
 
 async fn list_routes(

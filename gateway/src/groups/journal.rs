@@ -20,8 +20,7 @@ use std::path::Path;
 
 use bytes::Bytes;
 use felix_hot::{Appended, FsyncPolicy, LogConfig, LogError, RetentionPolicy, ShardLog};
-use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
-use felix_wire::{BatchBuilder, BatchIter, Compression, DecodedBatch, Record};
+use felix_wire::{BatchBuilder, BatchIter, Compression, Record};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
@@ -78,26 +77,14 @@ pub(crate) fn open_log(
 pub(crate) fn replay_all(log: &ShardLog) -> Result<(HashMap<String, Cursor>, u64), LogError> {
     let mut cursors: HashMap<String, Cursor> = HashMap::new();
     let mut records = 0u64;
-    let end = log.committed_offset();
-    let mut offset = log.first_offset();
-    while offset < end {
-        let read = log.read(offset, 4 << 20, None)?;
-        if read.batches.is_empty() {
-            break;
-        }
-        for (_, bytes) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-            match DecodedBatch::decode(bytes, DEFAULT_MAX_DECOMPRESSED) {
-                Ok(decoded) => {
-                    for r in decoded.records {
-                        records += 1;
-                        replay(&mut cursors, &r);
-                    }
-                }
-                Err(e) => warn!(error = %e, "skipping an unreadable group-journal batch"),
-            }
-        }
-        offset = read.next_offset;
-    }
+    crate::journal_replay::each_record(
+        log,
+        |r| {
+            records += 1;
+            replay(&mut cursors, &r);
+        },
+        |e| warn!(error = %e, "skipping an unreadable group-journal batch"),
+    )?;
     Ok((cursors, records))
 }
 

@@ -14,8 +14,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 use felix_hot::{Appended, LogError, ShardLog};
-use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
-use felix_wire::{BatchBuilder, BatchIter, Compression, DecodedBatch, Header, Record};
+use felix_wire::{BatchBuilder, Compression, Header, Record};
 use serde::{Deserialize, Serialize};
 use tracing::warn;
 
@@ -67,23 +66,15 @@ pub(crate) fn batch(entries: &[(String, Option<KafkaOffset>)]) -> Result<Vec<u8>
 /// Replays the journal's Kafka offsets: the latest record of each group wins.
 pub(crate) fn replay_all(log: &ShardLog) -> Result<KafkaTable, LogError> {
     let mut table = KafkaTable::new();
-    let end = log.committed_offset();
-    let mut offset = log.first_offset();
-    while offset < end {
-        let read = log.read(offset, 4 << 20, None)?;
-        if read.batches.is_empty() {
-            break;
-        }
-        for (_, bytes) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-            let Ok(decoded) = DecodedBatch::decode(bytes, DEFAULT_MAX_DECOMPRESSED) else {
-                continue; // the Felix groups' replay reports it
-            };
-            for r in decoded.records.iter().filter(|r| is_kafka(r)) {
-                apply(&mut table, r);
+    crate::journal_replay::each_record(
+        log,
+        |r| {
+            if is_kafka(&r) {
+                apply(&mut table, &r);
             }
-        }
-        offset = read.next_offset;
-    }
+        },
+        |_| {}, // the Felix groups' replay reports it
+    )?;
     Ok(table)
 }
 

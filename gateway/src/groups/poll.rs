@@ -24,6 +24,7 @@ use super::cursor::{Cursor, Event};
 use super::{GroupShard, now_ms};
 use crate::broker::Broker;
 use crate::errors::err;
+use crate::shard::shard_key;
 
 /// Most records one poll hands out (each is a line of the answer's header).
 pub const MAX_POLL_RECORDS: u32 = 500;
@@ -97,7 +98,7 @@ impl Broker {
                 .await?;
             // Watched before claiming: a record committed after the claim found nothing
             // still wakes the wait.
-            let mut end = self.watch_high_watermark(p.tenant, p.namespace, p.stream, p.shard)?;
+            let mut end = self.watch_high_watermark(&gs.key)?;
             end.borrow_and_update();
             let (claimed, next_due) = self.claim_once(&gs, &group, p).await?;
             let now = Instant::now();
@@ -262,13 +263,9 @@ impl Broker {
         out: &mut Handout,
         events: &mut Vec<Event>,
     ) -> Result<u64, ErrorBody> {
-        let k = &gs.key;
         let read = match self
             .fetch(
-                &k.tenant,
-                &k.namespace,
-                &k.stream,
-                k.shard,
+                &gs.key,
                 next,
                 max_bytes.saturating_sub(out.bytes).clamp(1, FETCH_CHUNK),
             )
@@ -337,33 +334,16 @@ impl Broker {
         gs: &GroupShard,
         offsets: &BTreeSet<u64>,
     ) -> Result<HashMap<u64, (i64, Bytes)>, ErrorBody> {
-        let k = &gs.key;
-        let mut found: HashMap<u64, (i64, Bytes)> = HashMap::new();
-        for &o in offsets {
-            if found.contains_key(&o) {
-                continue;
-            }
-            let read = match self
-                .fetch(&k.tenant, &k.namespace, &k.stream, k.shard, o, 1)
-                .await
-            {
-                Ok(read) => read,
-                Err(e) if e.code == codes::OFFSET_TOO_OLD => continue,
-                Err(e) => return Err(e),
-            };
-            for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-                if header.is_control() {
-                    continue;
-                }
-                let bytes = read.batches.slice_ref(batch);
-                for offset in batch_offsets(&header, batch)? {
-                    if offsets.contains(&offset) {
-                        found.insert(offset, (header.base_offset, bytes.clone()));
-                    }
+        self.collect_at(gs, offsets, |found, header, batch, read| {
+            let bytes = read.slice_ref(batch);
+            for offset in batch_offsets(header, batch)? {
+                if offsets.contains(&offset) {
+                    found.insert(offset, (header.base_offset, bytes.clone()));
                 }
             }
-        }
-        Ok(found)
+            Ok(())
+        })
+        .await
     }
 
     /// The records at `offsets` of the shard (those still held in either tier).
@@ -372,30 +352,42 @@ impl Broker {
         gs: &GroupShard,
         offsets: &BTreeSet<u64>,
     ) -> Result<HashMap<u64, Record>, ErrorBody> {
-        let k = &gs.key;
+        self.collect_at(gs, offsets, |found, _, batch, _| {
+            let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
+                .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
+            for r in decoded.records {
+                if offsets.contains(&(r.offset as u64)) {
+                    found.insert(r.offset as u64, r);
+                }
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// What `take` collects from the shard's data batches around `offsets`: for each offset
+    /// not collected yet, the read that starts at the batch holding it, each data batch of
+    /// which `take` gets with the bytes it was read in. Offsets retention removed are left
+    /// out.
+    async fn collect_at<T>(
+        &self,
+        gs: &GroupShard,
+        offsets: &BTreeSet<u64>,
+        mut take: impl FnMut(&mut HashMap<u64, T>, &BatchHeader, &[u8], &Bytes) -> Result<(), ErrorBody>,
+    ) -> Result<HashMap<u64, T>, ErrorBody> {
         let mut found = HashMap::new();
         for &o in offsets {
             if found.contains_key(&o) {
                 continue;
             }
-            let read = match self
-                .fetch(&k.tenant, &k.namespace, &k.stream, k.shard, o, 1)
-                .await
-            {
+            let read = match self.fetch(&gs.key, o, 1).await {
                 Ok(read) => read,
                 Err(e) if e.code == codes::OFFSET_TOO_OLD => continue,
                 Err(e) => return Err(e),
             };
             for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-                if header.is_control() {
-                    continue;
-                }
-                let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
-                    .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
-                for r in decoded.records {
-                    if offsets.contains(&(r.offset as u64)) {
-                        found.insert(r.offset as u64, r);
-                    }
+                if !header.is_control() {
+                    take(&mut found, &header, batch, &read.batches)?;
                 }
             }
         }
@@ -408,9 +400,9 @@ impl Broker {
         group: &Group,
         shard: u32,
     ) -> Result<u64, ErrorBody> {
-        let (t, n, s) = (&group.tenant, &group.namespace, &group.stream);
-        let b = self.shard_bounds(t, n, s, shard)?;
-        let at_time = |ms| self.offset_for_time(t, n, s, shard, ms);
+        let key = shard_key(&group.tenant, &group.namespace, &group.stream, shard);
+        let b = self.shard_bounds(&key)?;
+        let at_time = |ms| self.offset_for_time(&key, ms);
         Ok(match group.settings.start {
             GroupStart::Earliest => b.earliest,
             GroupStart::Latest => at_time(group.created_ms).await?.unwrap_or(b.high_watermark),

@@ -24,6 +24,7 @@ use super::errors::kafka_error;
 use super::scope::{On, Scope};
 use super::topics::resolve;
 use crate::broker::StreamShape;
+use crate::shard::shard_key;
 use felix_meta::auth::Action;
 
 /// The most one Fetch answers, whatever the client asks (Kafka's default
@@ -83,12 +84,12 @@ pub async fn fetch(
         for w in &wanted {
             if let (_, Ok(shape)) = &topics[w.topic]
                 && let Some(shard) = shard_of(shape, w.partition)
-                && let Ok(rx) = kafka.broker.watch_high_watermark(
+                && let Ok(rx) = kafka.broker.watch_high_watermark(&shard_key(
                     &scope.tenant,
                     &scope.namespace,
                     &shape.name,
                     shard,
-                )
+                ))
             {
                 watches.push(rx);
             }
@@ -150,11 +151,8 @@ async fn read_all(
         };
         let room = max_bytes.saturating_sub(total);
         let limit = w.max_bytes.min(room.max(1));
-        match kafka
-            .broker
-            .fetch(&s.tenant, &s.namespace, &shape.name, shard, offset, limit)
-            .await
-        {
+        let key = shard_key(&s.tenant, &s.namespace, &shape.name, shard);
+        match kafka.broker.fetch(&key, offset, limit).await {
             Ok(read) => {
                 // Past the first non-empty partition, a batch that does not fit waits for
                 // the next fetch.
@@ -173,10 +171,7 @@ async fn read_all(
             }
             Err(e) => {
                 failed = true;
-                let bounds = kafka
-                    .broker
-                    .shard_bounds(&s.tenant, &s.namespace, &shape.name, shard)
-                    .ok();
+                let bounds = kafka.broker.shard_bounds(&key).ok();
                 out.push(
                     base.with_error_code(kafka_error(&e).code())
                         .with_high_watermark(bounds.map_or(-1, |b| b.high_watermark as i64))

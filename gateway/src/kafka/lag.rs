@@ -17,6 +17,7 @@ use crate::metrics::kafka::GroupPartition;
 
 use super::Kafka;
 use super::offsets::OffsetKey;
+use crate::shard::shard_key;
 
 /// How often the lag is recomputed: well under a usual 15 s scrape interval.
 pub const INTERVAL: Duration = Duration::from_secs(5);
@@ -47,11 +48,12 @@ pub async fn report(kafka: Weak<Kafka>) {
             let Ok(partition) = u32::try_from(key.partition) else {
                 continue;
             };
-            let Ok(bounds) =
-                kafka
-                    .broker
-                    .shard_bounds(&key.tenant, &key.namespace, &key.topic, partition)
-            else {
+            let Ok(bounds) = kafka.broker.shard_bounds(&shard_key(
+                &key.tenant,
+                &key.namespace,
+                &key.topic,
+                partition,
+            )) else {
                 continue;
             };
             let label = GroupPartition {

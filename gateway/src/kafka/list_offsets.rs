@@ -21,6 +21,7 @@ use super::Kafka;
 use super::errors::kafka_error;
 use super::scope::{On, Scope};
 use super::topics::resolve;
+use crate::shard::shard_key;
 use felix_meta::auth::Action;
 
 const EARLIEST: i64 = -2;
@@ -82,18 +83,13 @@ async fn offset_for(
     shard: u32,
     timestamp: i64,
 ) -> Result<(i64, i64), ResponseError> {
-    let s = scope;
+    let key = shard_key(&scope.tenant, &scope.namespace, stream, shard);
     let broker = &kafka.broker;
-    let bounds = broker
-        .shard_bounds(&s.tenant, &s.namespace, stream, shard)
-        .map_err(|e| kafka_error(&e))?;
+    let bounds = broker.shard_bounds(&key).map_err(|e| kafka_error(&e))?;
     let timestamp = match timestamp {
         EARLIEST => return Ok((bounds.earliest as i64, -1)),
         LATEST => return Ok((bounds.high_watermark as i64, -1)),
-        MAX_TIMESTAMP => match broker
-            .max_timestamp(&s.tenant, &s.namespace, stream, shard)
-            .map_err(|e| kafka_error(&e))?
-        {
+        MAX_TIMESTAMP => match broker.max_timestamp(&key).map_err(|e| kafka_error(&e))? {
             t if t < 0 => return Ok((-1, -1)),
             t => t,
         },
@@ -101,7 +97,7 @@ async fn offset_for(
         t => t,
     };
     let Some(batch_offset) = broker
-        .offset_for_time(&s.tenant, &s.namespace, stream, shard, timestamp)
+        .offset_for_time(&key, timestamp)
         .await
         .map_err(|e| kafka_error(&e))?
     else {
@@ -111,7 +107,7 @@ async fn offset_for(
     let mut offset = batch_offset.max(bounds.earliest);
     while offset < bounds.high_watermark {
         let read = broker
-            .fetch(&s.tenant, &s.namespace, stream, shard, offset, 1 << 20)
+            .fetch(&key, offset, 1 << 20)
             .await
             .map_err(|e| kafka_error(&e))?;
         if read.batches.is_empty() {

@@ -20,14 +20,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use felix_hot::{FsyncPolicy, LogConfig, LogError, RetentionPolicy, ShardLog};
-use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
-use felix_wire::{BatchBuilder, BatchIter, Compression, DecodedBatch, Record};
+use felix_hot::{FsyncPolicy, LogError, ShardLog};
+use felix_wire::{BatchBuilder, Compression, Record};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-/// Segments of the offsets log: small, so compaction can drop them soon.
-const SEGMENT_BYTES: u64 = 4 << 20;
 /// Compact once this many records were appended since the last snapshot, and at least
 /// twice as many as the table holds.
 #[cfg(test)]
@@ -87,46 +84,22 @@ fn batch(entries: &[(OffsetKey, Option<Committed>)]) -> Result<Vec<u8>, LogError
 impl CommittedOffsets {
     /// Opens (or creates) the log in `dir` and rebuilds the table from it.
     pub fn open(dir: &Path, fsync: FsyncPolicy) -> Result<CommittedOffsets, LogError> {
-        let log = ShardLog::open(
-            dir,
-            LogConfig {
-                shard: "kafka/group-offsets".to_owned(),
-                segment_bytes: SEGMENT_BYTES,
-                segment_age: None,
-                fsync,
-                // Compaction decides what goes: the policy only has to allow it.
-                retention: RetentionPolicy {
-                    max_bytes: Some(0),
-                    max_age: None,
-                },
-                ..LogConfig::default()
-            },
-        )?;
+        // A log kept and compacted as a group journal is.
+        let log =
+            crate::groups::journal::open_log(dir, "kafka/group-offsets".to_owned(), fsync, 0)?;
         let mut table = Table {
             entries: HashMap::new(),
             records_since_snapshot: 0,
         };
-        let end = log.committed_offset();
-        let mut offset = log.first_offset();
-        while offset < end {
-            let read = log.read(offset, 4 << 20, None)?;
-            if read.batches.is_empty() {
-                break;
-            }
-            for (_, bytes) in BatchIter::new(&read.batches, usize::MAX).flatten() {
-                match DecodedBatch::decode(bytes, DEFAULT_MAX_DECOMPRESSED) {
-                    Ok(decoded) => {
-                        for r in decoded.records {
-                            table.records_since_snapshot += 1;
-                            apply(&mut table.entries, &r);
-                        }
-                    }
-                    Err(e) => warn!(error = %e, "skipping an unreadable group-offsets batch"),
-                }
-            }
-            offset = read.next_offset;
-        }
-        if end > 0 {
+        crate::journal_replay::each_record(
+            &log,
+            |r| {
+                table.records_since_snapshot += 1;
+                apply(&mut table.entries, &r);
+            },
+            |e| warn!(error = %e, "skipping an unreadable group-offsets batch"),
+        )?;
+        if log.committed_offset() > 0 {
             info!(
                 offsets = table.entries.len(),
                 records = table.records_since_snapshot,

@@ -33,6 +33,7 @@ use super::scope::{On, Scope};
 use super::topics::resolve;
 use crate::publish::{Publisher, QuotaCharge};
 use crate::quota::{self, PublishCost};
+use crate::shard::shard_key;
 use felix_meta::auth::Action;
 
 /// The outcome for one partition.
@@ -163,7 +164,7 @@ pub async fn produce(
                     Ok(published) => {
                         let log_start = kafka
                             .broker
-                            .shard_bounds(&s.tenant, &s.namespace, &name, shard)
+                            .shard_bounds(&shard_key(&s.tenant, &s.namespace, &name, shard))
                             .map_or(-1, |b| b.earliest as i64);
                         Outcome {
                             index,

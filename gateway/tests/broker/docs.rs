@@ -68,3 +68,65 @@ fn every_test_the_semantics_and_integrity_pages_name_exists() {
         );
     }
 }
+
+/// docs/architecture.md opens with a "where is …" map, each answer a file or folder: every
+/// one must exist, so a file that moves or splits cannot leave the map pointing at nothing.
+/// A bare name (`poll.rs`) is read as the docs write it, beside a folder the same row names
+/// (`gateway/src/groups/`), or under one of the crates' `src/`.
+#[test]
+fn every_file_the_architecture_map_names_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).expect("the page");
+    let map = doc
+        .split("## Where is")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .expect("docs/architecture.md has a `## Where is …` section");
+    let crates = [
+        "wire", "model", "hot", "cold", "meta", "gateway", "client", "bench",
+    ];
+    let mut checked = 0;
+    let mut missing = Vec::new();
+    for row in map
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.contains("---"))
+    {
+        let Some(answer) = row.split('|').nth(2) else {
+            continue;
+        };
+        let names: Vec<&str> = answer
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter_map(|q| q.split_whitespace().next())
+            .filter(|q| q.ends_with(".rs") || q.ends_with('/'))
+            .collect();
+        // The folders this row names, and their parents (`replication/leader.rs` beside
+        // `gateway/src/replication/lease.rs`).
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for name in names.iter().filter(|n| n.contains('/')) {
+            let path = root.join(name);
+            let dir = if name.ends_with('/') {
+                path
+            } else {
+                path.parent().expect("a parent").to_path_buf()
+            };
+            if let Some(parent) = dir.parent() {
+                dirs.push(parent.to_path_buf());
+            }
+            dirs.push(dir);
+        }
+        dirs.extend(crates.iter().map(|c| root.join(c).join("src")));
+        for name in names {
+            checked += 1;
+            if !root.join(name).exists() && !dirs.iter().any(|d| d.join(name).exists()) {
+                missing.push(name.to_owned());
+            }
+        }
+    }
+    assert!(checked > 30, "the map names files ({checked} found)");
+    assert!(
+        missing.is_empty(),
+        "docs/architecture.md's map names files that do not exist: {missing:?}"
+    );
+}

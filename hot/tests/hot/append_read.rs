@@ -1449,3 +1449,31 @@ async fn a_checked_batch_appends_like_a_plain_one_and_the_size_limit_still_appli
         Err(LogError::BatchTooLarge { .. })
     ));
 }
+
+/// `publish_if`'s path: a checked batch taken without a second CRC pass still lands only at
+/// the expected offset, and a refused one changes nothing.
+#[tokio::test]
+async fn a_checked_batch_appended_if_lands_only_at_the_expected_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = ShardLog::open(dir.path(), small_segments(1 << 20)).unwrap();
+    let sent = append_many(&log, 1, |i| batch(i as u64, 3, 10)).await;
+    let checked = |seed| {
+        felix_wire::CheckedBatch::check(batch(seed, 2, 10).into(), usize::MAX).expect("valid")
+    };
+    let before = marks(&log);
+    for expected in [0, 2, 4] {
+        match log.append_checked_if(checked(50), expected).await {
+            Err(LogError::OffsetMismatch { given, next }) => {
+                assert_eq!((given, next), (expected, 3))
+            }
+            other => panic!("at {expected}: expected OffsetMismatch, got {other:?}"),
+        }
+    }
+    assert_eq!(marks(&log), before, "a refused append changes no offset");
+    assert_log_holds(&log, &sent, 1 << 20, -1);
+    let t = log
+        .append_checked_if(checked(60), 3)
+        .await
+        .expect("at the next offset");
+    assert_eq!(t.committed().await.unwrap(), (3, 4));
+}

@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use super::command::{Applied, Command};
 use super::errors::{CommandError, exists, missing};
 use super::names::{ShardKey, check_name, stream_key};
-use super::settings::Durability;
+use super::settings::{Durability, Validate};
 use super::state::{MetaState, Stream};
 
 impl MetaState {

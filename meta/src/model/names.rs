@@ -5,8 +5,6 @@
 //! or `..`, so every name is safe as a path segment and an object key prefix, and the key of
 //! a stream (`tenant/namespace/stream`) cannot be mistaken for another's.
 
-use serde::{Deserialize, Serialize};
-
 use super::errors::CommandError;
 
 /// Longest tenant, namespace or stream name.
@@ -32,21 +30,5 @@ pub(super) fn check_name(kind: &str, name: &str) -> Result<(), CommandError> {
 pub fn stream_key(tenant: &str, namespace: &str, name: &str) -> String {
     format!("{tenant}/{namespace}/{name}")
 }
-/// Identifies one shard of a stream.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct ShardKey {
-    pub tenant: String,
-    pub namespace: String,
-    pub stream: String,
-    pub shard: u32,
-}
-
-impl std::fmt::Display for ShardKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}/{}/{}/{}",
-            self.tenant, self.namespace, self.stream, self.shard
-        )
-    }
-}
+/// Identifies one shard of a stream (in felix-model, which the object tier shares).
+pub use felix_model::ShardKey;

@@ -99,30 +99,8 @@ pub struct Replication {
     pub in_sync: BTreeSet<u64>,
 }
 
-/// Where a segment's records are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TierState {
-    Hot,
-    Uploading,
-    Cold,
-    Deleted,
-}
-
-/// One entry of a shard's segment manifest.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SegmentEntry {
-    pub base_offset: u64,
-    pub last_offset: u64,
-    pub min_timestamp: i64,
-    pub max_timestamp: i64,
-    pub size_bytes: u64,
-    pub tier: TierState,
-    pub object_key: Option<String>,
-    pub checksum: Option<String>,
-    /// Brokers that hold a local copy.
-    pub local_copies: BTreeSet<u64>,
-}
+/// A shard's manifest entries are in felix-model, which the object tier shares.
+pub use felix_model::{SegmentEntry, TierState};
 
 /// The whole replicated state. `BTreeMap`s keep snapshots and dumps in a stable order, so
 /// two nodes with the same state serialize it to the same bytes.

@@ -32,6 +32,7 @@ use crate::groups::poll::{MAX_POLL_RECORDS, Poll};
 use crate::kafka::Kafka;
 use crate::kafka::errors::kafka_error;
 use crate::kafka::scope::{On, Scope};
+use crate::shard::shard_key;
 
 /// The longest a ShareFetch waits for records.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -218,7 +219,10 @@ async fn acquire(
                 lock_ms = lock_ms.min(g.settings.visibility_timeout_ms);
             }
             let shard = (*partition).max(0) as u32;
-            if let Ok(rx) = kafka.broker.watch_high_watermark(t, n, topic, shard) {
+            if let Ok(rx) = kafka
+                .broker
+                .watch_high_watermark(&shard_key(t, n, topic, shard))
+            {
                 watches.push(rx);
             }
             if got >= want.max_records || bytes >= want.max_bytes {

@@ -1,6 +1,6 @@
-//! The keepers of a shard's manifest: what answers the tier's [`ManifestKeeper`] calls (read
-//! a shard's manifest, record an uploaded object, trim the oldest objects). Invariant:
-//! every keeper applies the control plane's own rules ([`felix_meta::MetaState::apply`]): an
+//! The keepers of a shard's manifest: what answers the object tier's [`ManifestKeeper`]
+//! calls (read a shard's manifest, record an uploaded object, trim the oldest objects).
+//! Invariant: every keeper applies the control plane's own rules ([`MetaState::apply`]): an
 //! object is recorded only where the manifest ends, so two uploaders racing for one range
 //! cannot both succeed; a trim raises the floor and names what it removed.
 //!
@@ -11,13 +11,21 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use felix_meta::model::{SegmentEntry, ShardKey, StreamSettings};
-use felix_meta::{Applied, Command, CommandError, MetaError, MetaHandle, MetaState};
+use felix_model::{KeeperError, ManifestKeeper, ManifestState, Recorded, SegmentEntry};
 use parking_lot::Mutex;
 
-use crate::error::ColdError;
-use crate::manifest::ManifestState;
-pub use crate::manifest::{ManifestKeeper, Recorded};
+use crate::model::{ShardKey, StreamSettings};
+use crate::{Applied, Command, CommandError, MetaError, MetaHandle, MetaState};
+
+impl MetaState {
+    /// A shard's manifest as this state records it.
+    pub fn manifest(&self, shard: &ShardKey) -> ManifestState {
+        ManifestState {
+            objects: self.manifests.get(shard).cloned().unwrap_or_default(),
+            floor: self.manifest_floors.get(shard).copied().unwrap_or(0),
+        }
+    }
+}
 
 /// The two calls a control plane answers (the Raft group's handle, or one in memory); the
 /// manifest operations are built on them once, below.
@@ -27,48 +35,76 @@ trait ControlPlane: Send + Sync {
     async fn manifest(&self, shard: &ShardKey) -> Result<ManifestState, MetaError>;
 }
 
-#[async_trait]
-impl<T: ControlPlane> ManifestKeeper for T {
-    async fn load(&self, shard: &ShardKey) -> Result<ManifestState, ColdError> {
-        self.manifest(shard)
-            .await
-            .map_err(|e| ColdError::Meta(e.to_string()))
-    }
+/// The manifest operations, once for both control planes (the orphan rule keeps a blanket
+/// `impl ManifestKeeper` over [`ControlPlane`] out: the trait is felix-model's).
+async fn load(cp: &impl ControlPlane, shard: &ShardKey) -> Result<ManifestState, KeeperError> {
+    cp.manifest(shard)
+        .await
+        .map_err(|e| KeeperError(e.to_string()))
+}
 
-    async fn record_object(
-        &self,
-        shard: &ShardKey,
-        entry: SegmentEntry,
-    ) -> Result<Recorded, ColdError> {
-        let cmd = Command::RecordObject {
-            shard: shard.clone(),
-            segment: entry,
-        };
-        match self.propose(cmd).await {
-            Ok(_) => Ok(Recorded::Done),
-            Err(MetaError::Rejected(CommandError::AlreadyExists { .. })) => {
-                Ok(Recorded::RangeTaken)
-            }
-            Err(e) => Err(ColdError::Meta(e.to_string())),
-        }
-    }
-
-    async fn trim(
-        &self,
-        shard: &ShardKey,
-        below: u64,
-    ) -> Result<Option<Vec<SegmentEntry>>, ColdError> {
-        let cmd = Command::TrimManifest {
-            shard: shard.clone(),
-            below,
-        };
-        match self.propose(cmd).await {
-            Ok(Applied::Trimmed { removed }) => Ok(Some(removed)),
-            Ok(_) => Ok(None),
-            Err(e) => Err(ColdError::Meta(e.to_string())),
-        }
+async fn record_object(
+    cp: &impl ControlPlane,
+    shard: &ShardKey,
+    entry: SegmentEntry,
+) -> Result<Recorded, KeeperError> {
+    let cmd = Command::RecordObject {
+        shard: shard.clone(),
+        segment: entry,
+    };
+    match cp.propose(cmd).await {
+        Ok(_) => Ok(Recorded::Done),
+        Err(MetaError::Rejected(CommandError::AlreadyExists { .. })) => Ok(Recorded::RangeTaken),
+        Err(e) => Err(KeeperError(e.to_string())),
     }
 }
+
+async fn trim(
+    cp: &impl ControlPlane,
+    shard: &ShardKey,
+    below: u64,
+) -> Result<Option<Vec<SegmentEntry>>, KeeperError> {
+    let cmd = Command::TrimManifest {
+        shard: shard.clone(),
+        below,
+    };
+    match cp.propose(cmd).await {
+        Ok(Applied::Trimmed { removed }) => Ok(Some(removed)),
+        Ok(_) => Ok(None),
+        Err(e) => Err(KeeperError(e.to_string())),
+    }
+}
+
+/// [`ManifestKeeper`] for a [`ControlPlane`] type, through the functions above.
+macro_rules! keeper {
+    ($ty:ty) => {
+        #[async_trait]
+        impl ManifestKeeper for $ty {
+            async fn load(&self, shard: &ShardKey) -> Result<ManifestState, KeeperError> {
+                load(self, shard).await
+            }
+
+            async fn record_object(
+                &self,
+                shard: &ShardKey,
+                entry: SegmentEntry,
+            ) -> Result<Recorded, KeeperError> {
+                record_object(self, shard, entry).await
+            }
+
+            async fn trim(
+                &self,
+                shard: &ShardKey,
+                below: u64,
+            ) -> Result<Option<Vec<SegmentEntry>>, KeeperError> {
+                trim(self, shard, below).await
+            }
+        }
+    };
+}
+
+keeper!(MetaHandle);
+keeper!(MemoryControlPlane);
 
 #[async_trait]
 impl ControlPlane for MetaHandle {
@@ -77,7 +113,7 @@ impl ControlPlane for MetaHandle {
     }
 
     async fn manifest(&self, shard: &ShardKey) -> Result<ManifestState, MetaError> {
-        self.read(|s| ManifestState::of(s, shard)).await
+        self.read(|s| s.manifest(shard)).await
     }
 }
 
@@ -134,13 +170,13 @@ impl ControlPlane for MemoryControlPlane {
     }
 
     async fn manifest(&self, shard: &ShardKey) -> Result<ManifestState, MetaError> {
-        self.read(|s| ManifestState::of(s, shard)).await
+        self.read(|s| s.manifest(shard)).await
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use felix_meta::model::TierState;
+    use felix_model::TierState;
 
     use super::*;
 
@@ -224,7 +260,7 @@ mod tests {
         let keeper: &dyn ManifestKeeper = &meta;
         assert!(matches!(
             keeper.record_object(&shard(), object(0, 9)).await,
-            Err(ColdError::Meta(_))
+            Err(KeeperError(_))
         ));
     }
 }
