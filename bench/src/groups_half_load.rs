@@ -2,7 +2,8 @@
 //! stream that one publisher sends to at a fixed rate — half of what four consumers reached
 //! on the preloaded stream — so the latencies are those of a group that is not saturated.
 //!
-//! The publisher sends batches of 10 records on a fixed tick for `--half-load-secs`; the
+//! The publisher sends a batch every 5 ms, sized to the rate, with up to 8 unanswered, for
+//! `--half-load-secs`; the
 //! consumers poll `--batch` records (waiting up to 200 ms) and acknowledge them, until every
 //! published record is acknowledged. Claim-to-ack is from a poll's return to its
 //! acknowledgement's answer; publish-to-ack from the record's timestamp (set by the
@@ -21,7 +22,10 @@ use crate::common::{
 use crate::groups_scenario::{GroupsArgs, HalfLoadRun, NAMESPACE, client};
 
 const CONSUMERS: usize = 4;
-const PER_BATCH: usize = 10;
+/// The publisher sends one batch this often.
+const TICK: Duration = Duration::from_millis(5);
+/// Batches the publisher may have unanswered.
+const IN_FLIGHT: usize = 8;
 
 pub(crate) async fn run(
     args: &GroupsArgs,
@@ -83,20 +87,35 @@ pub(crate) async fn run(
     // Consumers are polling before the first record: the group starts at `latest`.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let template = payload_template(args.size);
-    let tick = Duration::from_secs_f64(PER_BATCH as f64 / offered_per_sec.max(1.0));
-    let mut ticks = tokio::time::interval(tick);
+    // A batch every TICK, sized to the rate; up to IN_FLIGHT batches unanswered, so the
+    // offered rate does not depend on one publish's round trip.
+    let per_batch = ((offered_per_sec * TICK.as_secs_f64()).round() as usize).max(1);
+    let mut ticks = tokio::time::interval(TICK);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let mut publishes = tokio::task::JoinSet::new();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(args.half_load_secs) {
         ticks.tick().await;
-        let payloads = incompressible(&vec![template.clone(); PER_BATCH]);
+        let slot = slots.clone().acquire_owned().await?;
+        let payloads = incompressible(&vec![template.clone(); per_batch]);
         let messages: Vec<Message> = payloads.into_iter().map(Message::new).collect();
-        admin
-            .publish_batch(TENANT, NAMESPACE, stream, messages, AckMode::Batch)
-            .await
-            .context("publish at half load")?;
-        published.fetch_add(PER_BATCH as u64, Ordering::AcqRel);
+        let (admin, stream, published) = (admin.clone(), stream.to_owned(), published.clone());
+        publishes.spawn(async move {
+            let r = admin
+                .publish_batch(TENANT, NAMESPACE, &stream, messages, AckMode::Batch)
+                .await;
+            if r.is_ok() {
+                published.fetch_add(per_batch as u64, Ordering::AcqRel);
+            }
+            drop(slot);
+            r.map(|_| ())
+        });
     }
+    while let Some(r) = publishes.join_next().await {
+        r?.context("publish at half load")?;
+    }
+    let offered_seconds = start.elapsed().as_secs_f64();
     done_publishing.store(true, Ordering::Release);
     let (mut claim, mut end_to_end) = (histogram(), histogram());
     for c in consumers {
@@ -110,6 +129,7 @@ pub(crate) async fn run(
     Ok(HalfLoadRun {
         consumers: CONSUMERS,
         offered_per_sec,
+        published_per_sec: published.load(Ordering::Acquire) as f64 / offered_seconds,
         records_per_sec: answered.load(Ordering::Acquire) as f64 / seconds,
         claim_to_ack_us: percentiles(&claim),
         publish_to_ack_us: percentiles(&end_to_end),

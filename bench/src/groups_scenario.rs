@@ -108,6 +108,8 @@ pub(crate) struct HalfLoadRun {
     pub consumers: usize,
     /// Records/s offered: half of what the 4-consumer run consumed.
     pub offered_per_sec: f64,
+    /// Records/s the publisher got acknowledged while it sent.
+    pub published_per_sec: f64,
     /// Records/s acknowledged over the run.
     pub records_per_sec: f64,
     /// Claim-to-ack latency per record, µs: p50, p99, p99.9, max.
