@@ -19,7 +19,42 @@ use felix_client::{AckMode, Client, GroupConfig, GroupStart, Message};
 use crate::common::{
     TENANT, histogram, incompressible, payload_template, percentiles, unique_name,
 };
-use crate::groups_scenario::{GroupsArgs, HalfLoadRun, NAMESPACE, client};
+use serde::Serialize;
+
+/// Where and what the half-load run drives (from the `groups` scenario's arguments).
+pub(crate) struct HalfLoad<'a> {
+    pub broker: &'a str,
+    pub namespace: &'a str,
+    pub size: usize,
+    pub batch: usize,
+    pub seconds: u64,
+}
+
+/// Four consumers keeping up with a live stream published to at a fixed rate.
+#[derive(Serialize)]
+pub(crate) struct HalfLoadRun {
+    pub consumers: usize,
+    /// Records/s offered: half of what the 4-consumer run consumed.
+    pub offered_per_sec: f64,
+    /// Records/s the publisher got acknowledged while it sent.
+    pub published_per_sec: f64,
+    /// Records/s acknowledged over the run.
+    pub records_per_sec: f64,
+    /// Claim-to-ack latency per record, µs: p50, p99, p99.9, max.
+    pub claim_to_ack_us: [u64; 4],
+    /// From a record's publish (its timestamp) to its acknowledgement's answer, µs.
+    pub publish_to_ack_us: [u64; 4],
+}
+
+async fn client(addr: &str) -> anyhow::Result<Client> {
+    let config = felix_client::ClientConfig {
+        name: "felix-bench".into(),
+        ..felix_client::ClientConfig::default()
+    };
+    Client::connect([addr.to_owned()], config)
+        .await
+        .with_context(|| format!("connect to {addr}"))
+}
 
 const CONSUMERS: usize = 4;
 /// The publisher sends one batch this often.
@@ -28,7 +63,7 @@ const TICK: Duration = Duration::from_millis(5);
 const IN_FLIGHT: usize = 8;
 
 pub(crate) async fn run(
-    args: &GroupsArgs,
+    args: &HalfLoad<'_>,
     admin: &Client,
     stream: &str,
     offered_per_sec: f64,
@@ -37,7 +72,7 @@ pub(crate) async fn run(
     admin
         .create_group(
             TENANT,
-            NAMESPACE,
+            args.namespace,
             stream,
             &group,
             GroupConfig {
@@ -54,12 +89,13 @@ pub(crate) async fn run(
     let done_publishing = Arc::new(AtomicBool::new(false));
     let mut consumers = Vec::new();
     for _ in 0..CONSUMERS {
-        let c = client(&args.broker).await?;
+        let c = client(args.broker).await?;
         let (published, answered, done) =
             (published.clone(), answered.clone(), done_publishing.clone());
         let (stream, group, batch) = (stream.to_owned(), group.clone(), args.batch);
+        let namespace = args.namespace.to_owned();
         consumers.push(tokio::spawn(async move {
-            let mut consumer = c.group(TENANT, NAMESPACE, &stream, &group);
+            let mut consumer = c.group(TENANT, &namespace, &stream, &group);
             let (mut claim, mut end_to_end) = (histogram(), histogram());
             while !(done.load(Ordering::Acquire)
                 && answered.load(Ordering::Acquire) >= published.load(Ordering::Acquire))
@@ -95,15 +131,16 @@ pub(crate) async fn run(
     let slots = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let mut publishes = tokio::task::JoinSet::new();
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(args.half_load_secs) {
+    while start.elapsed() < Duration::from_secs(args.seconds) {
         ticks.tick().await;
         let slot = slots.clone().acquire_owned().await?;
         let payloads = incompressible(&vec![template.clone(); per_batch]);
         let messages: Vec<Message> = payloads.into_iter().map(Message::new).collect();
         let (admin, stream, published) = (admin.clone(), stream.to_owned(), published.clone());
+        let namespace = args.namespace.to_owned();
         publishes.spawn(async move {
             let r = admin
-                .publish_batch(TENANT, NAMESPACE, &stream, messages, AckMode::Batch)
+                .publish_batch(TENANT, &namespace, &stream, messages, AckMode::Batch)
                 .await;
             if r.is_ok() {
                 published.fetch_add(per_batch as u64, Ordering::AcqRel);

@@ -39,6 +39,7 @@ use crate::common::{
     TENANT, exists_ok, histogram, incompressible, payload_template, percentiles, print_line,
     runtime, unique_name,
 };
+use crate::groups_half_load::{HalfLoad, HalfLoadRun};
 
 pub(crate) const NAMESPACE: &str = "groups";
 
@@ -102,22 +103,6 @@ struct Report {
     half_load: Option<HalfLoadRun>,
 }
 
-/// Four consumers keeping up with a live stream published to at a fixed rate.
-#[derive(Serialize)]
-pub(crate) struct HalfLoadRun {
-    pub consumers: usize,
-    /// Records/s offered: half of what the 4-consumer run consumed.
-    pub offered_per_sec: f64,
-    /// Records/s the publisher got acknowledged while it sent.
-    pub published_per_sec: f64,
-    /// Records/s acknowledged over the run.
-    pub records_per_sec: f64,
-    /// Claim-to-ack latency per record, µs: p50, p99, p99.9, max.
-    pub claim_to_ack_us: [u64; 4],
-    /// From a record's publish (its timestamp) to its acknowledgement's answer, µs.
-    pub publish_to_ack_us: [u64; 4],
-}
-
 pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
     runtime()?.block_on(run_async(args))
 }
@@ -169,7 +154,14 @@ async fn run_async(args: GroupsArgs) -> anyhow::Result<()> {
         .map(|g| g.records_per_sec);
     let half_load = match full4 {
         Some(rate) if args.half_load_secs > 0 => {
-            Some(crate::groups_half_load::run(&args, &admin, &stream, rate / 2.0).await?)
+            let half = HalfLoad {
+                broker: &args.broker,
+                namespace: NAMESPACE,
+                size: args.size,
+                batch: args.batch,
+                seconds: args.half_load_secs,
+            };
+            Some(crate::groups_half_load::run(&half, &admin, &stream, rate / 2.0).await?)
         }
         _ => None,
     };
