@@ -61,7 +61,8 @@ run() {
     line=$("${bench[@]}" --phase replay --expect hot --label hot 2>"$TMP/bench.err") ||
       { cat "$TMP/bench.err" >&2; exit 1; }
     # The replay's figures, lifted to the top level where the summary reads them.
-    line=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(d.pop("replay")); print(json.dumps(d))' "$line")
+    # (The replay's own label moves to replay_label, so the run's LABEL stays the label.)
+    line=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); d.update(d.pop("replay")); d["replay_label"]=d.pop("label", ""); print(json.dumps(d))' "$line")
   else
     line=$("$dir/target/release/felix-bench" pubsub --broker "127.0.0.1:$QUIC_PORT" --tiered false \
       --records "$RECORDS" --size 1024 --batch 100 --publishers 4 --inflight 8 \

@@ -86,7 +86,9 @@ def split(args):
         t.start()
     # Both consumers are in the group before the first record is sent.
     time.sleep(args.join_secs)
-    p = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5})
+    # Idempotent, so a produce request retried on a slow machine cannot store a record
+    # twice: what this checks is the share group's delivery, not the producer's.
+    p = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5, "enable.idempotence": True})
     for i in range(args.count):
         p.produce(args.topic, key=f"k-{i}", value=f"v-{i}")
     p.flush(30)

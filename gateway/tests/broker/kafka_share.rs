@@ -758,9 +758,20 @@ fn assert_split(
         *accepted.entry(*i).or_default() += 1;
     }
     let twice: Vec<_> = accepted.iter().filter(|(_, n)| **n > 1).collect();
+    // Where each was accepted (consumer, partition, offset, delivery count): the same
+    // offset twice is the share group's fault; two offsets, a record stored twice.
+    let places: Vec<_> = by_consumer
+        .iter()
+        .enumerate()
+        .flat_map(|(c, a)| a.iter().map(move |e| (c, e)))
+        .filter(|(_, (_, _, i, _))| accepted.get(i).is_some_and(|n| *n > 1))
+        .map(|(c, (p, o, i, d))| (*i, c, *p, *o, *d))
+        .collect();
     assert!(
         twice.is_empty(),
-        "records accepted more than once: {twice:?}"
+        "records accepted more than once: {twice:?}; where (index, consumer, partition, \
+         offset, delivery count): {places:?}; errors: {}",
+        out["errors"]
     );
     let rejected: BTreeSet<u64> = (0..count).filter(|i| i % 100 == 13).collect();
     let poison = count - 1;
