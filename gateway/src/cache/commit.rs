@@ -129,6 +129,18 @@ impl Broker {
         st: &mut KvState,
         ops: Vec<LogOp>,
     ) -> Result<Staged, ErrorBody> {
+        self.stage(cs, st, ops, true).await
+    }
+
+    /// [`Broker::stage_changes`]; `announce` false for records that change nothing a
+    /// watch could see (a compaction's snapshot rewrites live entries as they are).
+    async fn stage(
+        &self,
+        cs: &CacheShard,
+        st: &mut KvState,
+        ops: Vec<LogOp>,
+        announce: bool,
+    ) -> Result<Staged, ErrorBody> {
         let Some(log) = &cs.shard.log else {
             for op in &ops {
                 st.apply(op);
@@ -177,10 +189,12 @@ impl Broker {
             st.apply(op);
         }
         st.applied_end = ticket.last_offset + 1;
-        cs.unwritten.lock().push_back((
-            ticket.last_offset,
-            changes_of(&ops, Some(ticket.base_offset)),
-        ));
+        let changes = if announce {
+            changes_of(&ops, Some(ticket.base_offset))
+        } else {
+            Vec::new()
+        };
+        cs.unwritten.lock().push_back((ticket.last_offset, changes));
         Ok(Staged {
             ticket: Some(ticket),
         })
@@ -195,6 +209,18 @@ impl Broker {
         ops: Vec<LogOp>,
     ) -> Result<Option<u64>, ErrorBody> {
         self.stage_changes(cs, st, ops).await?.written(cs).await
+    }
+
+    /// Like [`Broker::commit_changes`] for a compaction's snapshot: written, applied (a
+    /// no-op: the entries are the state's own), and not announced to watches — a watch
+    /// hears changes, and a snapshot changes nothing.
+    pub(crate) async fn commit_snapshot(
+        &self,
+        cs: &CacheShard,
+        st: &mut KvState,
+        ops: Vec<LogOp>,
+    ) -> Result<Option<u64>, ErrorBody> {
+        self.stage(cs, st, ops, false).await?.written(cs).await
     }
 
     /// Outside the lock: waits until the log has written everything below `tail` (the

@@ -167,13 +167,13 @@ impl Broker {
                 batch.push(op);
                 if batch_bytes >= SNAPSHOT_BATCH_BYTES {
                     last = self
-                        .commit_changes(cs, &mut st, std::mem::take(&mut batch))
+                        .commit_snapshot(cs, &mut st, std::mem::take(&mut batch))
                         .await?;
                     batch_bytes = 0;
                 }
             }
             if !batch.is_empty() {
-                last = self.commit_changes(cs, &mut st, batch).await?;
+                last = self.commit_snapshot(cs, &mut st, batch).await?;
             }
             (floor, last)
         };

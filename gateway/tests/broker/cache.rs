@@ -746,6 +746,16 @@ async fn compaction_bounds_the_log_of_a_cache_overwritten_100000_times(
         .create_cache(T, NS, "config", durable())
         .await
         .expect("cache");
+    // A key written once before the overwrites: compaction's snapshots rewrite it in the
+    // log, and a watch of it must hear none of that (a snapshot changes nothing).
+    client
+        .cache_put(T, NS, "config", "quiet", Bytes::from("once"), None)
+        .await
+        .expect("put");
+    let mut quiet = client
+        .watch_cache(T, NS, "config", WatchTarget::Key("quiet".into()))
+        .await
+        .expect("watch");
     const KEYS: usize = 100;
     const WRITES: usize = 100_000;
     const VALUE: usize = 1_000;
@@ -797,6 +807,11 @@ async fn compaction_bounds_the_log_of_a_cache_overwritten_100000_times(
          bytes of live data"
     );
     latest_values_are_there(client).await;
+    let heard = tokio::time::timeout(Duration::from_millis(300), quiet.next_change()).await;
+    assert!(
+        heard.is_err(),
+        "a watch of a key nobody changed heard a compaction's snapshot: {heard:?}"
+    );
 }
 
 /// The last round wrote `100000 + k` to key `k`.
