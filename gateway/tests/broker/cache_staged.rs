@@ -146,6 +146,27 @@ pub(super) async fn a_staged_put_is_seen_by_nobody_until_written_and_a_lost_one_
         }
     };
     assert_eq!(value, Some(Bytes::from("v2")), "a refused write was read");
+    // The cut owner may have led the control plane too: while it was cut off it saw the
+    // others' leases lapse. Settle before the next step places a new cache's replicas.
+    // All alive for longer than a lease, so no lapse seen during the cut is still to come.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    let mut alive_since = None;
+    loop {
+        let brokers = client.list_brokers().await.unwrap_or_default();
+        if brokers.len() == cluster.brokers.len() && brokers.iter().all(|b| b.alive) {
+            let since = *alive_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() > Duration::from_secs(2) {
+                break;
+            }
+        } else {
+            alive_since = None;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the brokers were not all alive again after the heal: {brokers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     client
         .cache_put(T, NS, CACHE, "k", Bytes::from("v4"), None)
         .await
