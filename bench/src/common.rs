@@ -146,3 +146,14 @@ pub(crate) fn percentiles(h: &Histogram<u64>) -> [u64; 4] {
         h.max(),
     ]
 }
+
+/// A `Client` of the broker at `addr`, named `felix-bench` (a loopback broker needs no CA).
+pub(crate) async fn client(addr: &str) -> anyhow::Result<felix_client::Client> {
+    let config = ClientConfig {
+        name: "felix-bench".into(),
+        ..ClientConfig::default()
+    };
+    felix_client::Client::connect([addr.to_owned()], config)
+        .await
+        .with_context(|| format!("connect to {addr}"))
+}

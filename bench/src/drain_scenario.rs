@@ -28,9 +28,9 @@ use serde::Serialize;
 
 use crate::cluster::{cluster_client, first_publish};
 use crate::common::{
-    TENANT, exists_ok, histogram, incompressible, payload_template, percentiles, print_line,
-    runtime, unique_name,
+    TENANT, exists_ok, histogram, payload_template, print_line, runtime, unique_name,
 };
+use crate::steady::{PhaseFigures, fill, spawn_publisher};
 
 const NAMESPACE: &str = "drains";
 
@@ -52,14 +52,6 @@ pub struct DrainArgs {
     interval_ms: u64,
     #[arg(long, default_value_t = 3)]
     phase_secs: u64,
-}
-
-#[derive(Serialize, Default)]
-struct PhaseFigures {
-    acks: u64,
-    p50_us: u64,
-    p99_us: u64,
-    max_us: u64,
 }
 
 #[derive(Serialize)]
@@ -122,19 +114,14 @@ async fn run_async(args: DrainArgs) -> anyhow::Result<()> {
         })
         .await?;
     }
-    // Fill: batches of 256 records, round-robin over the shards.
-    let per_batch = 256usize;
-    let batches = (args.fill_mib << 20) / (per_batch * args.size) as u64;
-    for b in 0..batches {
-        let payloads = incompressible(&vec![template.clone(); per_batch]);
-        let messages: Vec<Message> = payloads.into_iter().map(Message::new).collect();
-        let shard = (b % u64::from(args.shards)) as u32;
-        client
-            .publish_to_shard(TENANT, NAMESPACE, &stream, shard, &messages)
-            .await
-            .context("fill")?;
-    }
-    let fill_bytes = batches * (per_batch * args.size) as u64;
+    let fill_bytes = fill(
+        &client,
+        (NAMESPACE, &stream),
+        args.shards,
+        args.fill_mib,
+        &template,
+    )
+    .await?;
 
     // The broker holding the most of the stream's replicas is the one drained.
     let topology = client.topology(TENANT, NAMESPACE, &stream).await?;
@@ -157,40 +144,13 @@ async fn run_async(args: DrainArgs) -> anyhow::Result<()> {
     let stop = Arc::new(AtomicBool::new(false));
     let publishers: Vec<_> = (0..args.shards)
         .map(|shard| {
-            let (client, stream, phase, stop) =
-                (client.clone(), stream.clone(), phase.clone(), stop.clone());
-            let template = template.clone();
-            let interval = Duration::from_millis(args.interval_ms);
-            tokio::spawn(async move {
-                let mut hists = [histogram(), histogram(), histogram()];
-                let (mut errors, mut last_ack, mut max_gap) =
-                    (0u64, Instant::now(), Duration::ZERO);
-                let mut tick = tokio::time::interval(interval);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                while !stop.load(Ordering::Acquire) {
-                    tick.tick().await;
-                    let p = phase.load(Ordering::Acquire) as usize;
-                    let t0 = Instant::now();
-                    let message = [Message::new(template.clone())];
-                    match client
-                        .publish_to_shard(TENANT, NAMESPACE, &stream, shard, &message)
-                        .await
-                    {
-                        Ok(_) => {
-                            let now = Instant::now();
-                            let us = now.duration_since(t0).as_micros().max(1) as u64;
-                            let _ = hists[p].record(us);
-                            max_gap = max_gap.max(now.duration_since(last_ack));
-                            last_ack = now;
-                        }
-                        Err(e) => {
-                            eprintln!("shard {shard}: publish failed: {e}");
-                            errors += 1;
-                        }
-                    }
-                }
-                (hists, errors, max_gap)
-            })
+            spawn_publisher(
+                client.clone(),
+                (NAMESPACE.to_owned(), stream.clone(), shard),
+                template.clone(),
+                Duration::from_millis(args.interval_ms),
+                (phase.clone(), stop.clone()),
+            )
         })
         .collect();
     tokio::time::sleep(Duration::from_secs(args.phase_secs)).await;
@@ -234,22 +194,13 @@ async fn run_async(args: DrainArgs) -> anyhow::Result<()> {
     let mut merged = [histogram(), histogram(), histogram()];
     let (mut publish_errors, mut max_gap) = (0u64, Duration::ZERO);
     for p in publishers {
-        let (hists, errors, gap) = p.await.context("publisher task")?;
-        for (m, h) in merged.iter_mut().zip(&hists) {
+        let steady = p.await.context("publisher task")?;
+        for (m, h) in merged.iter_mut().zip(&steady.hists) {
             m.add(h).context("merge histograms")?;
         }
-        publish_errors += errors;
-        max_gap = max_gap.max(gap);
+        publish_errors += steady.errors;
+        max_gap = max_gap.max(steady.max_gap);
     }
-    let figures = |h: &hdrhistogram::Histogram<u64>| {
-        let [p50, p99, _, max] = percentiles(h);
-        PhaseFigures {
-            acks: h.len(),
-            p50_us: p50,
-            p99_us: p99,
-            max_us: max,
-        }
-    };
     let _ = client.delete_stream(TENANT, NAMESPACE, &stream).await;
     print_line(&Report {
         scenario: "drain",
@@ -260,9 +211,9 @@ async fn run_async(args: DrainArgs) -> anyhow::Result<()> {
         stream_replicas_drained: stream_replicas,
         all_replicas_drained: all_replicas,
         drain_ms,
-        before: figures(&merged[0]),
-        during: figures(&merged[1]),
-        after: figures(&merged[2]),
+        before: PhaseFigures::of(&merged[0]),
+        during: PhaseFigures::of(&merged[1]),
+        after: PhaseFigures::of(&merged[2]),
         max_shard_ack_gap_ms: max_gap.as_millis() as u64,
         publish_errors,
     })

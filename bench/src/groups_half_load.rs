@@ -17,7 +17,7 @@ use anyhow::Context;
 use felix_client::{AckMode, Client, GroupConfig, GroupStart, Message};
 
 use crate::common::{
-    TENANT, histogram, incompressible, payload_template, percentiles, unique_name,
+    TENANT, client, histogram, incompressible, payload_template, percentiles, unique_name,
 };
 use serde::Serialize;
 
@@ -44,16 +44,6 @@ pub(crate) struct HalfLoadRun {
     pub claim_to_ack_us: [u64; 4],
     /// From a record's publish (its timestamp) to its acknowledgement's answer, µs.
     pub publish_to_ack_us: [u64; 4],
-}
-
-async fn client(addr: &str) -> anyhow::Result<Client> {
-    let config = felix_client::ClientConfig {
-        name: "felix-bench".into(),
-        ..felix_client::ClientConfig::default()
-    };
-    Client::connect([addr.to_owned()], config)
-        .await
-        .with_context(|| format!("connect to {addr}"))
 }
 
 const CONSUMERS: usize = 4;

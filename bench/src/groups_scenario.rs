@@ -30,14 +30,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Args;
-use felix_client::{
-    AckMode, Client, ClientConfig, GroupConfig, GroupStart, Message, StartAt, StreamConfig,
-};
+use felix_client::{AckMode, Client, GroupConfig, GroupStart, Message, StartAt, StreamConfig};
 use serde::Serialize;
 
 use crate::common::{
-    TENANT, exists_ok, histogram, incompressible, payload_template, percentiles, print_line,
-    runtime, unique_name,
+    TENANT, client, exists_ok, histogram, incompressible, payload_template, percentiles,
+    print_line, runtime, unique_name,
 };
 use crate::groups_half_load::{HalfLoad, HalfLoadRun};
 
@@ -105,16 +103,6 @@ struct Report {
 
 pub fn run(args: GroupsArgs) -> anyhow::Result<()> {
     runtime()?.block_on(run_async(args))
-}
-
-pub(crate) async fn client(addr: &str) -> anyhow::Result<Client> {
-    let config = ClientConfig {
-        name: "felix-bench".into(),
-        ..ClientConfig::default()
-    };
-    Client::connect([addr.to_owned()], config)
-        .await
-        .with_context(|| format!("connect to {addr}"))
 }
 
 async fn run_async(args: GroupsArgs) -> anyhow::Result<()> {

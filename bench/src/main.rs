@@ -55,6 +55,7 @@ mod nats_kv_scenario;
 mod nats_scenario;
 mod pubsub_scenario;
 mod replay;
+mod steady;
 mod upload_watch;
 
 use clap::{Parser, Subcommand};

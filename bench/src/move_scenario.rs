@@ -29,9 +29,8 @@ use felix_client::{ClientConfig, Connection, Message};
 use serde::Serialize;
 
 use crate::cluster::{cluster_client, create_cluster_stream, first_publish};
-use crate::common::{
-    TENANT, histogram, incompressible, payload_template, percentiles, print_line, runtime,
-};
+use crate::common::{TENANT, payload_template, print_line, runtime};
+use crate::steady::{PhaseFigures, Steady, fill, spawn_publisher};
 
 const NAMESPACE: &str = "moves";
 
@@ -54,14 +53,6 @@ pub struct MoveArgs {
     /// catch-up. On, it copies only what is past the uploaded end when the move begins.
     #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     tiered: bool,
-}
-
-#[derive(Serialize, Default)]
-struct PhaseFigures {
-    acks: u64,
-    p50_us: u64,
-    p99_us: u64,
-    max_us: u64,
 }
 
 #[derive(Serialize)]
@@ -124,61 +115,18 @@ async fn run_async(args: MoveArgs) -> anyhow::Result<()> {
             .map(|_| ())
     })
     .await?;
-    // Fill: batches of 256 records until fill_mib is written.
-    let per_batch = 256usize;
-    let batches = (args.fill_mib << 20) / (per_batch * args.size) as u64;
-    for _ in 0..batches {
-        let payloads = incompressible(&vec![template.clone(); per_batch]);
-        let messages: Vec<Message> = payloads.into_iter().map(Message::new).collect();
-        client
-            .publish_to_shard(TENANT, NAMESPACE, &stream, 0, &messages)
-            .await
-            .context("fill")?;
-    }
-    let fill_bytes = batches * (per_batch * args.size) as u64;
+    let fill_bytes = fill(&client, (NAMESPACE, &stream), 1, args.fill_mib, &template).await?;
 
     // The steady publisher: phase 0 before, 1 during, 2 after the move.
     let phase = Arc::new(AtomicU8::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let publisher = {
-        let (client, stream, phase, stop) =
-            (client.clone(), stream.clone(), phase.clone(), stop.clone());
-        let template = template.clone();
-        let interval = Duration::from_millis(args.interval_ms);
-        tokio::spawn(async move {
-            let mut hists = [histogram(), histogram(), histogram()];
-            let (mut errors, mut last_ack, mut max_gap) = (0u64, Instant::now(), Duration::ZERO);
-            let mut tick = tokio::time::interval(interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            while !stop.load(Ordering::Acquire) {
-                tick.tick().await;
-                let p = phase.load(Ordering::Acquire) as usize;
-                let t0 = Instant::now();
-                match client
-                    .publish_to_shard(
-                        TENANT,
-                        NAMESPACE,
-                        &stream,
-                        0,
-                        &[Message::new(template.clone())],
-                    )
-                    .await
-                {
-                    Ok(_) => {
-                        let now = Instant::now();
-                        let _ = hists[p].record(now.duration_since(t0).as_micros().max(1) as u64);
-                        max_gap = max_gap.max(now.duration_since(last_ack));
-                        last_ack = now;
-                    }
-                    Err(e) => {
-                        eprintln!("publish failed: {e}");
-                        errors += 1;
-                    }
-                }
-            }
-            (hists, errors, max_gap)
-        })
-    };
+    let publisher = spawn_publisher(
+        client.clone(),
+        (NAMESPACE.to_owned(), stream.clone(), 0),
+        template.clone(),
+        Duration::from_millis(args.interval_ms),
+        (phase.clone(), stop.clone()),
+    );
     tokio::time::sleep(Duration::from_secs(args.phase_secs)).await;
 
     let admin = Connection::connect(&args.cluster[0], ClientConfig::default())
@@ -219,16 +167,11 @@ async fn run_async(args: MoveArgs) -> anyhow::Result<()> {
     phase.store(2, Ordering::Release);
     tokio::time::sleep(Duration::from_secs(args.phase_secs)).await;
     stop.store(true, Ordering::Release);
-    let (hists, publish_errors, max_gap) = publisher.await.context("publisher task")?;
-    let figures = |h: &hdrhistogram::Histogram<u64>| {
-        let [p50, p99, _, max] = percentiles(h);
-        PhaseFigures {
-            acks: h.len(),
-            p50_us: p50,
-            p99_us: p99,
-            max_us: max,
-        }
-    };
+    let Steady {
+        hists,
+        errors: publish_errors,
+        max_gap,
+    } = publisher.await.context("publisher task")?;
     let _ = client.delete_stream(TENANT, NAMESPACE, &stream).await;
     print_line(&Report {
         scenario: "move",
@@ -240,9 +183,9 @@ async fn run_async(args: MoveArgs) -> anyhow::Result<()> {
         tiered: args.tiered,
         uploaded_bytes_at_move: uploaded,
         not_uploaded_bytes_at_move: not_uploaded,
-        before: figures(&hists[0]),
-        during: figures(&hists[1]),
-        after: figures(&hists[2]),
+        before: PhaseFigures::of(&hists[0]),
+        during: PhaseFigures::of(&hists[1]),
+        after: PhaseFigures::of(&hists[2]),
         max_ack_gap_ms: max_gap.as_millis() as u64,
         publish_errors,
     })
