@@ -5,8 +5,9 @@
 //! `tenant_quota` refusal is waited out for its `retry_after_ms`), unless
 //! the caller is an idempotent producer (whose re-sends the leader recognises by producer
 //! id and sequence); a try in flight to a leader that the rest of the cluster says has been
-//! replaced is given up as an unknown outcome rather than waited on until the QUIC idle
-//! timeout.
+//! replaced, and that no longer answers on its own connection either, is given up as an
+//! unknown outcome rather than waited on until the QUIC idle timeout. A replaced leader that
+//! still answers is waited for: it holds, forwards or refuses the publish itself.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -162,7 +163,7 @@ impl Client {
         // is unknown, which an idempotent producer answers by re-sending.
         let result = tokio::select! {
             result = call => result,
-            topology = self.leader_moved(key, shard, leader, deadline) => {
+            topology = self.leader_moved(key, shard, &client, deadline) => {
                 // Route the next publish to the successor at once: an unknown outcome is
                 // not retried here (unless idempotent), and the caller's next publish must
                 // not go back to a leader that only it still believes in.
@@ -194,16 +195,25 @@ impl Client {
     }
 
     /// Resolves, with that topology, once another broker's topology names a leader of
-    /// `shard` other than `leader` and `leader` dead (checked every half second after the
-    /// first second); never otherwise.
+    /// `shard` other than `leader` and `leader` dead, and `leader` itself does not answer a
+    /// topology request on its connection within half a second (checked every half second
+    /// after the first second); never otherwise.
+    ///
+    /// "Dead" in a topology is the control plane's judgement of a lease, and a loaded broker
+    /// can lose its lease for a moment while it lives: during a shard move it still holds
+    /// the publish at its fence and then forwards it to the new owner or refuses it as
+    /// `moving`, unwritten (docs/shard-moves.md). Giving up on such a call would turn a
+    /// held publish into an unknown outcome, so only a leader that is silent as well (killed,
+    /// paused, cut off from this client) is given up on.
     async fn leader_moved(
         &self,
         key: &StreamKey,
         shard: u32,
-        leader: u64,
+        old: &Connection,
         deadline: &Deadline,
     ) -> Topology {
         tokio::time::sleep(LEADER_CHECK_AFTER).await;
+        let leader = old.broker_id();
         let (t, ns, s) = key;
         loop {
             let open = self
@@ -226,9 +236,12 @@ impl Client {
                 && topology
                     .shard(shard)
                     .is_some_and(|r| r.leader.is_some_and(|l| l != leader))
-                // A live old leader still answers: after a planned move (a drain) it
-                // forwards the publish it held to its successor (docs/shard-moves.md).
                 && !topology.broker(leader).is_some_and(|b| b.alive)
+                && !matches!(
+                    tokio::time::timeout(LEADER_CHECK_EVERY, old.topology(t, ns, s)).await,
+                    // Any answer, a refusal too, says it is there to answer the publish.
+                    Ok(Ok(_) | Err(ClientError::Broker(_)))
+                )
             {
                 return topology;
             }

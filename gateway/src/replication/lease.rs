@@ -47,7 +47,11 @@ impl Lease {
     }
 }
 
-/// Renews the broker's lease every quarter of its duration, until the broker is gone.
+/// Renews the broker's lease every quarter of its duration, until the broker is gone. A
+/// renewal that failed (it kept trying for half a lease) is followed by the next at once,
+/// not a quarter later: waiting would let one slow round with the control plane (a loaded
+/// machine, an election) lapse the lease, which marks a live broker dead and fails its
+/// Quorum shards over (seen in a loaded drain, docs/shard-moves.md).
 pub async fn keep_lease(meta: MetaHandle, broker_id: u64, lease: Arc<Lease>, every: Duration) {
     let mut failing = false;
     loop {
@@ -71,6 +75,12 @@ pub async fn keep_lease(meta: MetaHandle, broker_id: u64, lease: Arc<Lease>, eve
         if Arc::strong_count(&lease) == 1 {
             return;
         }
-        tokio::time::sleep(every).await;
+        // A short pause all the same, should a failure ever come back at once.
+        let pause = if failing {
+            every.min(Duration::from_millis(50))
+        } else {
+            every
+        };
+        tokio::time::sleep(pause).await;
     }
 }
