@@ -361,6 +361,63 @@ impl MetaHandle {
             .map_err(|e| self.membership_error(e))
     }
 
+    /// Adds new member `id` at `addr` as a learner and waits until it caught up (a broker
+    /// joining, meta/src/join.rs). Nothing to do if it is a member at `addr` already, so a
+    /// joiner may ask again after a lost answer or a restart. Refused if `id` is a member at
+    /// another address or `addr` is another member's: two brokers must never share an id
+    /// (each would take the other's votes and leases). Leader only.
+    pub async fn join_learner(&self, id: NodeId, addr: String) -> Result<(), MetaError> {
+        let m = self.inner.raft.metrics().borrow().membership_config.clone();
+        let membership = m.membership();
+        for (member, node) in membership.nodes() {
+            let conflict = if *member == id && node.addr != addr {
+                Some(format!(
+                    "node id {id} is already a member of the control plane at {}; a broker at \
+                     {addr} cannot join under it (give it a new --node-id, or `felixctl broker \
+                     remove {id}` first if that broker is gone for good)",
+                    node.addr
+                ))
+            } else if *member != id && node.addr == addr {
+                Some(format!(
+                    "address {addr} is already member {member}'s; node {id} cannot join at it"
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = conflict {
+                return Err(MetaError::Rejected(CommandError::Invalid(why)));
+            }
+        }
+        if membership.get_node(&id).is_some() {
+            return Ok(());
+        }
+        self.add_learner(id, addr).await
+    }
+
+    /// Makes member `id` a voter as well, the other voters staying (nothing to do if it
+    /// votes already). Leader only.
+    pub async fn promote(&self, id: NodeId) -> Result<(), MetaError> {
+        let m = self.inner.raft.metrics().borrow().membership_config.clone();
+        let membership = m.membership();
+        if membership.voter_ids().any(|v| v == id) {
+            return Ok(());
+        }
+        if membership.get_node(&id).is_none() {
+            return Err(MetaError::Rejected(CommandError::Invalid(format!(
+                "node {id} is not a member of the control plane: it must join as a learner first"
+            ))));
+        }
+        self.inner
+            .raft
+            .change_membership(
+                openraft::ChangeMembers::AddVoterIds(std::collections::BTreeSet::from([id])),
+                true,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| self.membership_error(e))
+    }
+
     /// Removes a learner from the group, keeping `voters` as they are. Leader only.
     pub async fn remove_learner(&self, id: NodeId) -> Result<(), MetaError> {
         use openraft::ChangeMembers;

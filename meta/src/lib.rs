@@ -9,6 +9,7 @@
 //! * [`state_machine`] — applies commands, builds and installs snapshots.
 //! * [`network`] — Raft RPCs and forwarded proposals over HTTP on the internal address.
 //! * [`node`] — starting a node: storage, network, membership bootstrap, wiped-volume guard.
+//! * [`join`] — a new broker joining a running group as a learner, then a voter.
 //! * [`handle`] — [`MetaHandle`], the API the rest of Felix uses: propose (batched),
 //!   linearizable reads, a watch of the registry, membership changes, leases.
 //! * [`keeper`] — the keepers of a shard's manifest for the object tier
@@ -27,6 +28,7 @@ pub mod controller;
 pub mod drain;
 pub mod faults;
 pub mod handle;
+pub mod join;
 pub mod keeper;
 pub mod lease;
 pub mod log_store;

@@ -208,6 +208,7 @@ impl MetaService for Service {
                     .nodes()
                     .map(|(id, n)| (*id, n.addr.clone()))
                     .collect(),
+                voters: m.membership_config.membership().voter_ids().collect(),
                 last_log_index: m.last_log_index,
                 snapshot: m.snapshot.map(|l| l.index),
                 purged: m.purged.map(|l| l.index),
@@ -232,6 +233,8 @@ impl MetaService for Service {
                 MembershipChange::SetVoters { voters } => {
                     self.handle.change_voters(voters, true).await
                 }
+                MembershipChange::Join { id, addr } => self.handle.join_learner(id, addr).await,
+                MembershipChange::Promote { id } => self.handle.promote(id).await,
                 MembershipChange::Remove { id } => {
                     let m = self
                         .handle
@@ -400,7 +403,11 @@ impl MetaNode {
             stop_controller,
             local_addr,
         };
-        if has_state {
+        if has_state && dir.join(crate::join::JOINING_FILE).exists() {
+            // Restarted while joining a running group: ask again (both steps are no-ops
+            // once done) before voting.
+            node.finish_joining(&config, &advertised, &marker, has_state_flag);
+        } else if has_state {
             if !had_marker {
                 write_marker(&marker, config.node_id).map_err(storage_err(&dir))?;
             }
@@ -442,6 +449,22 @@ impl MetaNode {
         raft.runtime_config().elect(false);
         let peers = config.network();
         let node_id = config.node_id;
+        // A broker started with a new --node-id beside a running group joins it (scaling
+        // out); one whose id the group has at another address is refused here, at start.
+        let mut first = Vec::new();
+        for (id, addr) in config.cluster.iter().filter(|(id, _)| **id != node_id) {
+            first.push((*id, peers.status(addr).await.ok()));
+        }
+        match crate::join::is_new_member(&first, node_id, advertised) {
+            Err(why) => return Err(StartError::Config(why)),
+            Ok(true) => {
+                let dir = marker.parent().unwrap_or(marker);
+                crate::join::mark_joining(dir).map_err(storage_err(dir))?;
+                self.finish_joining(config, advertised, marker, has_state);
+                return Ok(());
+            }
+            Ok(false) => {}
+        }
         let lowest = *config.cluster.keys().next().expect("cluster is not empty");
         let others: Vec<(NodeId, String)> = config
             .cluster
@@ -452,6 +475,7 @@ impl MetaNode {
         let accepting = self.accepting_votes.clone();
         let marker = marker.to_path_buf();
         let handle = self.handle.clone();
+        let advertised = advertised.to_owned();
         tokio::spawn(async move {
             loop {
                 // Ask every peer whether it holds the group.
@@ -474,11 +498,36 @@ impl MetaNode {
                             > 0
                     });
                 if group_exists {
+                    match crate::join::is_new_member(&answers, node_id, &advertised) {
+                        Ok(false) => {}
+                        Ok(true) => {
+                            // The group came up after this node's first look: join it.
+                            let dir = marker.parent().unwrap_or(marker.as_path());
+                            if let Err(e) = crate::join::mark_joining(dir) {
+                                warn!(node = node_id, error = %e, "cannot mark the join");
+                            }
+                            if let Err(why) =
+                                crate::join::join(&handle, &peers, &others, &advertised).await
+                            {
+                                tracing::error!(
+                                    node = node_id,
+                                    "cannot join the control plane: {why}"
+                                );
+                                return; // stays out: never votes
+                            }
+                            let _ = std::fs::remove_file(dir.join(crate::join::JOINING_FILE));
+                            break;
+                        }
+                        Err(why) => {
+                            tracing::error!(node = node_id, "cannot join the control plane: {why}");
+                            return;
+                        }
+                    }
                     warn!(
                         node = node_id,
                         "no local metadata but the group exists: catching up before voting"
                     );
-                    catch_up(&handle, &peers, &others).await;
+                    crate::join::catch_up(&handle, &peers, &others).await;
                     break;
                 }
                 // A peer holds state but nothing is committed yet: the group is being formed
@@ -515,6 +564,47 @@ impl MetaNode {
         Ok(())
     }
 
+    /// Joins a running group (`join.rs`) in the background, then votes: neither votes nor
+    /// stands until it is a caught-up voter. A refusal (a conflict) is logged and leaves
+    /// this node out of the group, not voting.
+    fn finish_joining(
+        &self,
+        config: &MetaConfig,
+        advertised: &str,
+        marker: &Path,
+        has_state: Arc<AtomicBool>,
+    ) {
+        self.accepting_votes.store(false, Ordering::Release);
+        let raft = self.handle.raft().clone();
+        raft.runtime_config().elect(false);
+        let network = config.network();
+        let node_id = config.node_id;
+        let peers: Vec<(NodeId, String)> = config
+            .cluster
+            .iter()
+            .filter(|(id, _)| **id != node_id)
+            .map(|(id, a)| (*id, a.clone()))
+            .collect();
+        let (handle, accepting) = (self.handle.clone(), self.accepting_votes.clone());
+        let (advertised, marker) = (advertised.to_owned(), marker.to_path_buf());
+        tokio::spawn(async move {
+            if let Err(why) = crate::join::join(&handle, &network, &peers, &advertised).await {
+                tracing::error!(node = node_id, "cannot join the control plane: {why}");
+                return;
+            }
+            if let Err(e) = write_marker(&marker, node_id) {
+                warn!(node = node_id, error = %e, "could not write the cluster marker");
+            }
+            if let Some(dir) = marker.parent() {
+                let _ = std::fs::remove_file(dir.join(crate::join::JOINING_FILE));
+            }
+            has_state.store(true, Ordering::Release);
+            accepting.store(true, Ordering::Release);
+            raft.runtime_config().elect(true);
+            info!(node = node_id, "metadata member is voting");
+        });
+    }
+
     /// The handle for the rest of Felix.
     pub fn handle(&self) -> &MetaHandle {
         &self.handle
@@ -543,33 +633,6 @@ impl MetaNode {
         let _ = self.handle.raft().shutdown().await;
         let _ = self.shutdown.send(true);
         let _ = self.server.await;
-    }
-}
-
-/// Waits until this node has applied everything the current leader had applied when
-/// asked. Polls the peers: a leader is needed for this node to receive anything at all.
-async fn catch_up(handle: &MetaHandle, peers: &HttpNetworkFactory, others: &[(NodeId, String)]) {
-    loop {
-        let mut leader_applied = None;
-        for (id, addr) in others {
-            if let Ok(s) = peers.status(addr).await
-                && s.leader == Some(*id)
-            {
-                leader_applied = s.last_applied;
-            }
-        }
-        let own = *handle.applied().borrow();
-        if let Some(target) = leader_applied
-            && own >= target
-        {
-            info!(
-                node = handle.node_id(),
-                applied = own,
-                "caught up with the metadata leader"
-            );
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 

@@ -30,6 +30,9 @@ pub struct NodeStatus {
     pub has_state: bool,
     pub accepting_votes: bool,
     pub members: Vec<(NodeId, String)>,
+    /// The members that vote (the others are learners).
+    #[serde(default)]
+    pub voters: Vec<NodeId>,
     /// Index of the last entry in this node's Raft log (committed or not).
     #[serde(default)]
     pub last_log_index: Option<u64>,
@@ -73,4 +76,11 @@ pub enum MembershipChange {
     /// Remove a node from the group entirely (it must not be a voter: demote it first, or
     /// use `SetVoters` without it).
     Remove { id: NodeId },
+    /// A new broker asks to join (meta/src/join.rs): added as a learner and waited for until
+    /// it caught up; nothing to do if it is a member at `addr` already. Refused (409) if
+    /// `id` is a member at another address, or `addr` is another member's.
+    Join { id: NodeId, addr: String },
+    /// Makes member `id` a voter too (nothing to do if it votes already); the other voters
+    /// stay. Refused (409) if `id` is not a member.
+    Promote { id: NodeId },
 }

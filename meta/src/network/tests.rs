@@ -292,6 +292,7 @@ impl MetaService for TestService {
                     .nodes()
                     .map(|(id, n)| (*id, n.addr.clone()))
                     .collect(),
+                voters: m.membership_config.membership().voter_ids().collect(),
                 last_log_index: m.last_log_index,
                 snapshot: m.snapshot.map(|l| l.index),
                 purged: m.purged.map(|l| l.index),
