@@ -238,6 +238,16 @@ impl Broker {
     /// A shard this broker serves clients for: opened on first use; in a cluster, only a
     /// shard it leads.
     pub(crate) fn shard(&self, key: &ShardKey) -> Result<(Arc<Shard>, StreamSettings), ErrorBody> {
+        // A shard placed only on other brokers is not opened here for a client on a stale
+        // route: that would bring back the files of a replica moved away (`Shards`).
+        if self.node.cluster && self.shards.get(key).is_none() {
+            let placed = self.node.registry.borrow().placements.get(key).cloned();
+            if let Some(p) = placed
+                && !crate::shards::names(&p, self.node.config.node_id)
+            {
+                return Err(crate::routing::not_leader(&self.node, key, p.leader));
+            }
+        }
         let (s, settings) = self.shards.open(key)?;
         check_leading(&self.node, &s)?;
         Ok((s, settings))

@@ -45,6 +45,9 @@ pub(crate) struct Shards {
     /// Hot history blocks shared by catching-up subscribers of every shard.
     pub(crate) hot_reads: Arc<felix_hot::ReadCache>,
     tier_observer: Arc<dyn TierObserver>,
+    /// Shards whose replica moved away and whose files are being let go (`retire_moved`),
+    /// and whether that was asked again meanwhile (then it runs once more).
+    retiring: Mutex<HashMap<ShardKey, bool>>,
 }
 
 impl Shards {
@@ -61,6 +64,7 @@ impl Shards {
             tier_store,
             cold_cache,
             tier_observer,
+            retiring: Mutex::new(HashMap::new()),
         }
     }
 
@@ -124,6 +128,50 @@ impl Shards {
                 info!(shard = %key, "removed the files of a replica now placed on other brokers");
             }
         }
+    }
+
+    /// Lets go of a replica a committed move (a drain, a rebalance, a dead broker's
+    /// replacement, a rolled-back move's destination) took off this running broker: closes
+    /// the shard and removes its files (log, group journal; a cache's log is its backing
+    /// stream's) once nothing holds the shard any more. Subscriptions here ended at the
+    /// hand-over (`shard_moved`); what still holds the shard lets go once it is closed.
+    ///
+    /// Judged on a linearizable read, as at start-up: a placement replayed or applied late
+    /// here must not be taken for the shard's last one, or a replica placed here again would
+    /// lose its files. Rechecked under the open-shard lock before anything goes, so one
+    /// placed here again meanwhile keeps them (its next open finds them).
+    fn retire_moved(self: &Arc<Self>, key: ShardKey) {
+        if let Some(again) = self.retiring.lock().get_mut(&key) {
+            *again = true;
+            return;
+        }
+        self.retiring.lock().insert(key.clone(), false);
+        let shards = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                retire_moved(&shards, &key).await;
+                let Some(b) = shards.upgrade() else { return };
+                let mut retiring = b.retiring.lock();
+                match retiring.get_mut(&key) {
+                    Some(again) if *again => *again = false,
+                    _ => {
+                        retiring.remove(&key);
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    /// Whether the local view places `key` on this broker (or is moving it here or away).
+    fn placed_here(&self, key: &ShardKey) -> bool {
+        let me = self.node.config.node_id;
+        self.node
+            .registry
+            .borrow()
+            .placements
+            .get(key)
+            .is_some_and(|p| names(p, me))
     }
 
     /// Takes every open shard out (shutdown).
@@ -364,6 +412,71 @@ impl Shards {
     }
 }
 
+/// Whether placement `p` still concerns broker `me`: a replica, the leader, or either end of
+/// a move under way.
+pub(crate) fn names(p: &felix_meta::model::Placement, me: u64) -> bool {
+    p.replicas.contains(&me)
+        || p.leader == Some(me)
+        || p.moving.is_some_and(|m| m.from == me || m.to == me)
+}
+
+/// How long a retired replica's files wait for what still holds its shard before they go
+/// all the same (an open file is unlinked safely; only its space waits for the close).
+const RETIRE_WAIT: Duration = Duration::from_secs(30);
+
+/// [`Shards::retire_moved`]'s task.
+async fn retire_moved(shards: &Weak<Shards>, key: &ShardKey) {
+    let me = match shards.upgrade() {
+        Some(b) => b.node.config.node_id,
+        None => return,
+    };
+    let meta = match shards.upgrade() {
+        Some(b) => b.node.meta.clone(),
+        None => return,
+    };
+    match meta
+        .read(|s| s.placements.get(key).is_some_and(|p| names(p, me)))
+        .await
+    {
+        Ok(false) => {}
+        Ok(true) => return, // placed here again: the shard stays
+        Err(e) => {
+            warn!(shard = %key, error = %e, "no linearizable read of the placement; a moved replica's files stay until the next start");
+            return;
+        }
+    }
+    let closed = {
+        let Some(b) = shards.upgrade() else { return };
+        let mut open = b.open.lock();
+        if b.placed_here(key) {
+            return;
+        }
+        open.remove(key)
+    };
+    if let Some(closed) = closed {
+        closed.close();
+        // What still reads the shard (a subscription's last read, a group journal the
+        // groups' pass lets go of within a second) ends once it sees the shard closed.
+        let deadline = tokio::time::Instant::now() + RETIRE_WAIT;
+        while Arc::strong_count(&closed) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Placed here again meanwhile: its next open uses the files.
+            if shards.upgrade().is_none_or(|b| b.placed_here(key)) {
+                return;
+            }
+        }
+    }
+    let Some(b) = shards.upgrade() else { return };
+    let open = b.open.lock();
+    if b.placed_here(key) || open.contains_key(key) {
+        return;
+    }
+    let dir = b.stream_dir(&key.tenant, &key.namespace, &key.stream);
+    if crate::stream_files::remove_replica_files(&dir, key.shard) {
+        info!(shard = %key, "removed the files of a replica moved to other brokers");
+    }
+}
+
 /// Closes every open shard of a stream (its tasks stop, its subscribers end) and forgets
 /// them; their files stay until the caller removes them.
 fn retire_stream(
@@ -475,6 +588,9 @@ pub(crate) async fn watch_placements(shards: Weak<Shards>) {
         Some(b) => b.node.registry.clone(),
         None => return,
     };
+    // The shards whose last placement seen here named this broker: one that stops naming it
+    // is let go even when it is not open here now (its files may be).
+    let mut named_here: BTreeSet<ShardKey> = BTreeSet::new();
     loop {
         let placements = registry.borrow_and_update().placements.clone();
         {
@@ -486,13 +602,21 @@ pub(crate) async fn watch_placements(shards: Weak<Shards>) {
             b.node.metrics.moves.prune(me, placements.iter());
             for (key, p) in placements {
                 if !p.replicas.contains(&me) {
-                    // Not (or no longer) a replica: a shard still open here stops serving.
+                    // Not (or no longer) a replica: a shard still open here stops serving,
+                    // and once no move concerns this broker its files go.
                     let open = b.open.lock().get(&key).cloned();
                     if let Some(r) = open.as_ref().and_then(|s| s.repl.as_ref()) {
                         r.set_placement(&p);
                     }
+                    let was_here = named_here.remove(&key);
+                    if names(&p, me) {
+                        named_here.insert(key);
+                    } else if open.is_some_and(|s| s.log.is_some()) || was_here {
+                        b.retire_moved(key);
+                    }
                     continue;
                 }
+                named_here.insert(key.clone());
                 match b.open(&key) {
                     Ok((s, _)) => {
                         if let Some(r) = &s.repl {

@@ -28,6 +28,10 @@ const LEASE_MS: u64 = 1500;
 pub(super) struct Cluster {
     pub(super) brokers: Vec<Broker>,
     _objects: tempfile::TempDir,
+    /// Every broker's options but its membership: a broker added later gets the same.
+    options: BrokerOptions,
+    /// `--cluster` as the brokers were started with it (id=internal address, ...).
+    spec: String,
 }
 
 impl Cluster {
@@ -56,26 +60,39 @@ impl Cluster {
             .map(|(i, a)| format!("{}={a}", i + 1))
             .collect::<Vec<_>>()
             .join(",");
-        let starts = internal.iter().enumerate().map(|(i, addr)| {
-            let options = env
-                .iter()
-                .fold(BrokerOptions::new(), |o, (k, v)| o.env(k, v));
-            let options = options
-                .member(i as u64 + 1, &spec, *addr)
-                .env("FELIX_LEASE_MS", lease_ms)
-                .env("FELIX_FAULT_INJECTION", 1)
-                .env(
-                    "FELIX_OBJECT_STORE",
-                    format!("file://{}", objects.path().display()),
-                );
-            Broker::start(options)
-        });
+        let options = env
+            .iter()
+            .fold(BrokerOptions::new(), |o, (k, v)| o.env(k, v))
+            .env("FELIX_LEASE_MS", lease_ms)
+            .env("FELIX_FAULT_INJECTION", 1)
+            .env(
+                "FELIX_OBJECT_STORE",
+                format!("file://{}", objects.path().display()),
+            );
+        let starts = internal
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| Broker::start(options.clone().member(i as u64 + 1, &spec, *addr)));
         // Together: a member is ready only once a majority has formed the control plane.
         let brokers = futures::future::join_all(starts).await;
         Cluster {
             brokers,
             _objects: objects,
+            options,
+            spec,
         }
+    }
+
+    /// Starts a broker with a new node id (the next one), an empty data dir and the
+    /// running members plus itself in `--cluster`, as an operator scaling out would; it
+    /// joins the control plane by itself (meta/src/join.rs) and is ready once it votes.
+    pub(super) async fn add_node(&mut self) -> u64 {
+        let id = self.brokers.len() as u64 + 1;
+        let addr = free_tcp_addr();
+        self.spec = format!("{},{id}={addr}", self.spec);
+        let broker = Broker::start(self.options.clone().member(id, &self.spec, addr)).await;
+        self.brokers.push(broker);
+        id
     }
 
     pub(super) fn node(&mut self, id: u64) -> &mut Broker {

@@ -14,9 +14,14 @@
 //! 5. `felixctl cluster rebalance` spreads leaders onto an emptied broker within one.
 //! 6. A confluent-kafka producer and consumer run through a move.
 //! 7. A consumer group's acknowledged progress moves with its shard.
+//! 8. A publish held at a hand-over's fence by a leader the rest of the cluster has marked
+//!    dead and replaced (it is cut off the internal network) is waited for, not given up
+//!    as an unknown outcome (`move_holds.rs`).
 //!
 //! Afterwards every acknowledged record is read back at its offset, none twice, and each
-//! subscriber saw every offset exactly once. Last, a broker is drained, stopped and removed
+//! subscriber saw every offset exactly once. Last, a broker is drained (its files go while it
+//! runs), given a replica back, drained again, stopped and removed; then a broker with a new
+//! node id joins the control plane by itself and takes leaders at a rebalance
 //! (`broker_ops.rs`); every broker runs in one zone, which the broker list shows.
 
 use std::collections::{BTreeMap, HashSet};
@@ -612,6 +617,12 @@ async fn shard_moves_and_drains_hold_publishes_and_lose_nothing() {
         );
     }
 
-    // 8. Scaling in: a broker drained, stopped and removed for good.
+    // 8. A publish held at the fence of a leader the others marked dead is waited for.
+    super::move_holds::held_by_a_leader_marked_dead(&mut cluster, &client).await;
+
+    // 9. Scaling in: a broker drained, stopped and removed for good.
     super::broker_ops::a_drained_and_stopped_broker_is_removed(&mut cluster, 5).await;
+
+    // 10. Scaling out: a broker with a new node id joins and takes its share of leaders.
+    super::broker_ops::a_new_broker_joins_and_takes_leaders(&mut cluster, "spread").await;
 }
