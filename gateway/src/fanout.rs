@@ -218,6 +218,18 @@ impl Fanout {
         inner.cursor = offset;
     }
 
+    /// With no live subscriber, moves the cursor to `end` without anything being read or
+    /// offered, and says so. Under the lock, as an offer to nobody would: a subscriber that
+    /// joins later joins at or past `end`, having replayed up to it from the log itself.
+    pub(crate) fn skip_unwatched(&self, end: u64) -> bool {
+        let mut inner = self.inner.lock();
+        if !inner.subscribers.is_empty() {
+            return false;
+        }
+        inner.cursor = inner.cursor.max(end);
+        true
+    }
+
     /// Moves the cursor to `offset` if it is behind it.
     fn advance(&self, offset: u64) {
         let mut inner = self.inner.lock();
@@ -252,6 +264,10 @@ pub(crate) async fn follow_log(
             continue;
         }
         let visible = *committed.borrow();
+        // Nobody to offer to (a quiet stream, a cache's log): no read back.
+        if fanout.skip_unwatched(visible) {
+            continue;
+        }
         let read = match log.read(cursor, 1 << 20, Some(visible)) {
             Ok(r) => r,
             Err(e) => {
@@ -278,5 +294,28 @@ pub(crate) async fn follow_log(
             fanout.offer(b, &metrics);
         }
         fanout.advance(read.next_offset);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue() -> (SubQueue, SubReceiver) {
+        sub_queue(1, 16, 1 << 20, "t", true, 0)
+    }
+
+    #[test]
+    fn the_cursor_skips_what_nobody_watches_and_never_what_a_subscriber_waits_for() {
+        let f = Fanout::default();
+        // Nobody subscribed: the cursor passes the committed end with nothing read.
+        assert!(f.skip_unwatched(10));
+        assert_eq!(f.cursor(), 10);
+        // A catching-up subscriber below the cursor reads on from the log; at it, it joins.
+        assert!(f.join_at(5, queue).is_none());
+        let _live = f.join_at(10, queue).expect("joins at the cursor");
+        // With a subscriber, what is past the cursor is read and offered, never skipped.
+        assert!(!f.skip_unwatched(20));
+        assert_eq!(f.cursor(), 10);
     }
 }

@@ -24,6 +24,7 @@
 
 mod config;
 mod error;
+mod inline;
 mod log;
 mod queue;
 mod read;

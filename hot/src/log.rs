@@ -19,11 +19,12 @@ use tokio::sync::{Notify, broadcast, oneshot, watch};
 
 use crate::config::LogConfig;
 use crate::error::LogError;
+use crate::inline::{Kick, may_defer};
 use crate::queue::{Appended, Placement, Queue, Request};
 use crate::recovery::open_segments;
 use crate::segment::SealedSegment;
 use crate::shared::{Shared, WriteGate};
-use crate::writer;
+use crate::writer::{self, WriterLock};
 
 /// Identities of opened logs, for the keys of a shared [`ReadCache`](crate::ReadCache).
 static NEXT_LOG_ID: AtomicU64 = AtomicU64::new(1);
@@ -43,6 +44,8 @@ pub struct LogOffsets {
 
 struct Owner {
     shared: Arc<Shared>,
+    /// The writer's state: its thread's, or an appender's writing its own group.
+    writer: WriterLock,
     threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -110,7 +113,7 @@ impl ShardLog {
             write_gate: RwLock::new(None),
             config: RwLock::new(config),
         });
-        let threads = writer::start(&shared).map_err(|source| LogError::Io {
+        let (writer, threads) = writer::start(&shared).map_err(|source| LogError::Io {
             shard: shared.shard.clone(),
             op: "start writer thread",
             path: shared.dir.clone(),
@@ -119,6 +122,7 @@ impl ShardLog {
         Ok(ShardLog {
             owner: Arc::new(Owner {
                 shared,
+                writer,
                 threads: Mutex::new(threads),
             }),
         })
@@ -142,7 +146,7 @@ impl ShardLog {
     /// batch and queues it. Returns once the batch is accepted (waiting only if the queue
     /// is full); await [`Appended::committed`] for the commit.
     pub async fn append(&self, batch: Vec<u8>) -> Result<Appended, LogError> {
-        self.enqueue(batch, Placement::Leader).await
+        self.enqueue(batch, Placement::Leader, false).await
     }
 
     /// [`ShardLog::append`] for a batch its caller already validated ([`CheckedBatch`]): the
@@ -150,7 +154,7 @@ impl ShardLog {
     /// at ingress, not again here. The size limits still apply.
     pub async fn append_checked(&self, batch: CheckedBatch) -> Result<Appended, LogError> {
         let (header, bytes) = batch.into_parts();
-        self.enqueue_valid(bytes.to_vec(), header, Placement::Leader)
+        self.enqueue_valid(bytes.to_vec(), header, Placement::Leader, false)
             .await
     }
 
@@ -163,7 +167,23 @@ impl ShardLog {
         batch: Vec<u8>,
         expected_offset: u64,
     ) -> Result<Appended, LogError> {
-        self.enqueue(batch, Placement::LeaderAt(expected_offset))
+        self.enqueue(batch, Placement::LeaderAt(expected_offset), false)
+            .await
+    }
+
+    /// [`ShardLog::append_if`] whose write is left to the ticket's holder: nobody is woken
+    /// at acceptance; [`Appended::committed`] writes the queue in the caller's task when the
+    /// write is only a page-cache write (the periodic fsync policy, no write gate), so the
+    /// appends accepted meanwhile ride one write with no thread hand-off. Otherwise, and
+    /// for a ticket dropped unawaited, the writer thread writes it. For callers that await
+    /// the ticket as soon as they have let go of their own locks; one that waits for the
+    /// commit any other way (the committed watch) waits until the writer's idle tick.
+    pub async fn append_if_deferred(
+        &self,
+        batch: Vec<u8>,
+        expected_offset: u64,
+    ) -> Result<Appended, LogError> {
+        self.enqueue(batch, Placement::LeaderAt(expected_offset), true)
             .await
     }
 
@@ -175,18 +195,28 @@ impl ShardLog {
         expected_offset: u64,
     ) -> Result<Appended, LogError> {
         let (header, bytes) = batch.into_parts();
-        self.enqueue_valid(bytes.to_vec(), header, Placement::LeaderAt(expected_offset))
-            .await
+        self.enqueue_valid(
+            bytes.to_vec(),
+            header,
+            Placement::LeaderAt(expected_offset),
+            false,
+        )
+        .await
     }
 
     /// Follower append: the batch keeps its offsets and generation. Refused if it does not
     /// start exactly at the shard's next offset or carries an older generation than the
     /// shard has seen; a newer generation is adopted.
     pub async fn append_at(&self, batch: Vec<u8>) -> Result<Appended, LogError> {
-        self.enqueue(batch, Placement::Follower).await
+        self.enqueue(batch, Placement::Follower, false).await
     }
 
-    async fn enqueue(&self, batch: Vec<u8>, placement: Placement) -> Result<Appended, LogError> {
+    async fn enqueue(
+        &self,
+        batch: Vec<u8>,
+        placement: Placement,
+        defer: bool,
+    ) -> Result<Appended, LogError> {
         let max_batch = self.shared().config.read().max_batch_bytes;
         if batch.len() > max_batch {
             return Err(LogError::BatchTooLarge {
@@ -201,16 +231,18 @@ impl ShardLog {
                 extra: batch.len() - len,
             });
         }
-        self.enqueue_valid(batch, header, placement).await
+        self.enqueue_valid(batch, header, placement, defer).await
     }
 
     /// Queues a batch whose header was validated (here, or as a [`CheckedBatch`]): the
-    /// limits on what it decompresses to and on queued bytes, then offsets.
+    /// limits on what it decompresses to and on queued bytes, then offsets. `defer`: leave
+    /// the write to the ticket's holder where the log allows it (`inline.rs`).
     async fn enqueue_valid(
         &self,
         batch: Vec<u8>,
         header: BatchHeader,
         placement: Placement,
+        defer: bool,
     ) -> Result<Appended, LogError> {
         let shared = self.shared();
         let (max_batch, max_pending) = {
@@ -250,12 +282,22 @@ impl ShardLog {
                 let mut q = shared.queue.lock();
                 shared.ensure_open(&q)?;
                 if q.has_room(len, max_pending) {
-                    let appended = q.accept(batch, header, len, placement)?;
+                    let mut appended = q.accept(batch, header, len, placement)?;
                     drop(q);
-                    shared.work.notify_one();
+                    if defer && may_defer(shared) {
+                        appended.defer(Kick {
+                            writer: self.owner.writer.clone(),
+                            shared: self.owner.shared.clone(),
+                        });
+                    } else {
+                        shared.work.notify_one();
+                    }
                     return Ok(appended);
                 }
             }
+            // Room comes from the writer: deferred appends queued ahead may have nobody
+            // writing them yet.
+            shared.work.notify_one();
             notified.await;
         }
     }

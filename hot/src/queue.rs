@@ -17,6 +17,7 @@ use felix_wire::batch::{stamp_base_offset, stamp_partition_leader_epoch};
 use tokio::sync::oneshot;
 
 use crate::error::LogError;
+use crate::inline::Kick;
 
 pub(crate) enum Request {
     Append {
@@ -126,6 +127,7 @@ impl Queue {
             base_offset: base,
             last_offset: last,
             done,
+            kick: None,
         })
     }
 }
@@ -138,12 +140,23 @@ pub struct Appended {
     /// Offset of the batch's last record.
     pub last_offset: u64,
     done: oneshot::Receiver<Result<(), LogError>>,
+    /// A deferred append (`inline.rs`): nobody was woken to write it yet.
+    kick: Option<Kick>,
 }
 
 impl Appended {
-    /// Resolves once the batch is written and covered by the fsync policy.
-    pub async fn committed(self) -> Result<(u64, u64), LogError> {
-        match self.done.await {
+    /// Makes this ticket's holder responsible for having its append written.
+    pub(crate) fn defer(&mut self, kick: Kick) {
+        self.kick = Some(kick);
+    }
+
+    /// Resolves once the batch is written and covered by the fsync policy. A deferred
+    /// append is written here, by the caller, when it may be (`inline.rs`).
+    pub async fn committed(mut self) -> Result<(u64, u64), LogError> {
+        if let Some(kick) = self.kick.take() {
+            kick.write_or_wake();
+        }
+        match (&mut self.done).await {
             Ok(Ok(())) => Ok((self.base_offset, self.last_offset)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(LogError::Closed {
@@ -153,13 +166,27 @@ impl Appended {
     }
 
     /// Like [`Appended::committed`], for callers outside an async runtime.
-    pub fn wait_committed(self) -> Result<(u64, u64), LogError> {
-        match self.done.blocking_recv() {
+    pub fn wait_committed(mut self) -> Result<(u64, u64), LogError> {
+        if let Some(kick) = self.kick.take() {
+            kick.write_or_wake();
+        }
+        // `blocking_recv` takes the receiver, which a ticket (it has a `Drop`) cannot give.
+        let done = std::mem::replace(&mut self.done, oneshot::channel().1);
+        match done.blocking_recv() {
             Ok(Ok(())) => Ok((self.base_offset, self.last_offset)),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(LogError::Closed {
                 shard: String::new(),
             }),
+        }
+    }
+}
+
+impl Drop for Appended {
+    /// A deferred append nobody waits for is still written: by the writer thread.
+    fn drop(&mut self) {
+        if let Some(kick) = self.kick.take() {
+            kick.wake();
         }
     }
 }

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use tokio::sync::oneshot;
 use tracing::{error, warn};
 
@@ -33,13 +34,20 @@ use crate::shared::Shared;
 /// How often an idle writer wakes to roll aged segments.
 const IDLE_TICK: Duration = Duration::from_millis(200);
 
-pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<Vec<std::thread::JoinHandle<()>>> {
+/// The writer's state, shared by its thread and the appenders that write their own group
+/// (`inline.rs`): whoever holds the lock is the log's one writer.
+pub(crate) type WriterLock = Arc<Mutex<Writer>>;
+
+pub(crate) fn start(
+    shared: &Arc<Shared>,
+) -> std::io::Result<(WriterLock, Vec<std::thread::JoinHandle<()>>)> {
     let mut threads = Vec::new();
-    let s = shared.clone();
+    let writer = Arc::new(Mutex::new(Writer::new(shared.clone())));
+    let (s, w) = (shared.clone(), writer.clone());
     threads.push(
         std::thread::Builder::new()
             .name(format!("felix-log-writer-{}", shared.shard))
-            .spawn(move || Writer::new(s).run())?,
+            .spawn(move || run(&w, &s))?,
     );
     if let FsyncPolicy::Periodic { interval } = shared.config.read().fsync {
         let s = shared.clone();
@@ -49,10 +57,10 @@ pub(crate) fn start(shared: &Arc<Shared>) -> std::io::Result<Vec<std::thread::Jo
                 .spawn(move || run_flusher(s, interval))?,
         );
     }
-    Ok(threads)
+    Ok((writer, threads))
 }
 
-struct Writer {
+pub(crate) struct Writer {
     shared: Arc<Shared>,
     active: Arc<Segment>,
     /// When the active segment got its first batch (for `segment_age`).
@@ -65,9 +73,11 @@ struct Writer {
     waiting: Vec<oneshot::Sender<Result<(), LogError>>>,
     /// One past the last offset staged or written.
     end_offset: u64,
+    /// A write or flush failed: the log is offline and nothing more is written.
+    pub(crate) offline: bool,
 }
 
-type Failure = (&'static str, String);
+pub(crate) type Failure = (&'static str, String);
 
 impl Writer {
     fn new(shared: Arc<Shared>) -> Writer {
@@ -87,37 +97,49 @@ impl Writer {
             staged_bytes: 0,
             waiting: Vec::new(),
             end_offset,
+            offline: false,
         }
     }
+}
 
-    fn run(mut self) {
-        loop {
-            let (requests, closed) = {
-                let mut q = self.shared.queue.lock();
-                if q.requests.is_empty() && !q.closed {
-                    self.shared.work.wait_for(&mut q, IDLE_TICK);
-                }
-                (std::mem::take(&mut q.requests), q.closed)
-            };
-            let result = if requests.is_empty() {
-                self.roll_if_aged()
-            } else {
-                self.process(requests)
-            };
-            if let Err((op, reason)) = result {
-                self.go_offline(op, reason);
-                return;
-            }
-            if closed && self.shared.queue.lock().requests.is_empty() {
-                if let Err((op, reason)) = self.flush_device() {
-                    error!(shard = %self.shared.shard, op, reason, "final flush failed on close");
-                }
-                return;
+/// The writer thread: waits for requests (or the idle tick), then writes whatever is queued
+/// under the writer's lock — unless an appender took the lock and wrote it first.
+fn run(writer: &Mutex<Writer>, shared: &Shared) {
+    loop {
+        {
+            let mut q = shared.queue.lock();
+            if q.requests.is_empty() && !q.closed {
+                shared.work.wait_for(&mut q, IDLE_TICK);
             }
         }
+        let mut w = writer.lock();
+        if w.offline {
+            return;
+        }
+        let (requests, closed) = {
+            let mut q = shared.queue.lock();
+            (std::mem::take(&mut q.requests), q.closed)
+        };
+        let result = if requests.is_empty() {
+            w.roll_if_aged()
+        } else {
+            w.process(requests)
+        };
+        if let Err((op, reason)) = result {
+            w.go_offline(op, reason);
+            return;
+        }
+        if closed && shared.queue.lock().requests.is_empty() {
+            if let Err((op, reason)) = w.flush_device() {
+                error!(shard = %shared.shard, op, reason, "final flush failed on close");
+            }
+            return;
+        }
     }
+}
 
-    fn process(&mut self, requests: Vec<Request>) -> Result<(), Failure> {
+impl Writer {
+    pub(crate) fn process(&mut self, requests: Vec<Request>) -> Result<(), Failure> {
         let mut written = 0usize;
         // The write gate is asked once per group, at its first leader append; once it refuses,
         // every append after that one is refused too, so the offsets that stay are dense.
@@ -196,6 +218,20 @@ impl Writer {
         Ok(())
     }
 
+    /// Whether a group of `bytes` more bytes would roll the active segment (by size or by
+    /// age) before it is written.
+    pub(crate) fn would_roll(&self, bytes: u64) -> bool {
+        let (segment_bytes, segment_age) = {
+            let c = self.shared.config.read();
+            (c.segment_bytes, c.segment_age)
+        };
+        let used = self.active.size() + self.staged_bytes;
+        let aged = segment_age
+            .zip(self.active_since)
+            .is_some_and(|(age, since)| since.elapsed() >= age);
+        used > 0 && (used + bytes > segment_bytes || aged)
+    }
+
     fn gate_open(&self) -> bool {
         let gate = self.shared.write_gate.read().clone();
         gate.is_none_or(|open| open())
@@ -230,18 +266,11 @@ impl Writer {
 
     /// Adds one batch to the group, rolling first if it does not fit the active segment.
     fn stage(&mut self, batch: Vec<u8>, header: &felix_wire::BatchHeader) -> Result<(), Failure> {
-        let (segment_bytes, segment_age, interval) = {
-            let c = self.shared.config.read();
-            (c.segment_bytes, c.segment_age, c.index_interval_bytes)
-        };
-        let used = self.active.size() + self.staged_bytes;
-        let aged = segment_age
-            .zip(self.active_since)
-            .is_some_and(|(age, since)| since.elapsed() >= age);
-        if used > 0 && (used + batch.len() as u64 > segment_bytes || aged) {
+        if self.would_roll(batch.len() as u64) {
             self.write_staged()?;
             self.roll(header.base_offset as u64)?;
         }
+        let interval = self.shared.config.read().index_interval_bytes;
         let position = self.active.size() + self.staged_bytes;
         self.active
             .note_appended(header, position, batch.len() as u64, interval);
@@ -450,7 +479,8 @@ impl Writer {
         Ok(())
     }
 
-    fn go_offline(&mut self, op: &'static str, reason: String) {
+    pub(crate) fn go_offline(&mut self, op: &'static str, reason: String) {
+        self.offline = true;
         error!(shard = %self.shared.shard, op, reason, "log is offline; reopen it to recover");
         let requests = {
             let mut q = self.shared.queue.lock();

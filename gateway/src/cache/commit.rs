@@ -166,7 +166,10 @@ impl Broker {
             if !crate::moves::hold::may_append(&cs.shard) {
                 return Err(crate::moves::hold::fenced_at_append(&cs.shard));
             }
-            log.append_if(batch, st.applied_end)
+            // Deferred: this change's holder writes it (with whatever was staged meanwhile)
+            // when it waits for it, right after the shard's lock is let go: no thread
+            // hand-off on a put's path (felix-hot's `inline.rs`).
+            log.append_if_deferred(batch, st.applied_end)
                 .await
                 .map_err(|e| match e {
                     // The log gave back offsets of a failed write the state had applied:

@@ -18,6 +18,7 @@
 use std::sync::Weak;
 use std::time::Duration;
 
+use felix_hot::ShardLog;
 use felix_meta::model::Durability;
 use felix_wire::protocol::ErrorBody;
 use tracing::{info, warn};
@@ -34,8 +35,11 @@ const EVERY: Duration = Duration::from_secs(1);
 pub const EXPIRE_PER_PASS: usize = 1024;
 /// A log over this many times its live data is compacted.
 pub const COMPACT_FACTOR: u64 = 4;
-/// Segments of a cache's log: small, so compaction can drop them soon.
+/// Segments of a cache's log: small, so compaction can drop them soon. The owner grows a
+/// busy shard's segments with its live data ([`fit_segment`]).
 pub const CACHE_SEGMENT_BYTES: u64 = 256 * 1024;
+/// The largest segment [`fit_segment`] gives a cache shard's log.
+pub const MAX_CACHE_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Bytes of entries per snapshot batch.
 const SNAPSHOT_BATCH_BYTES: u64 = 512 * 1024;
 
@@ -142,7 +146,7 @@ impl Broker {
             let st = cs.state.lock().await;
             st.bytes() + st.len() as u64 * ENTRY_OVERHEAD
         };
-        let segment = log.config().segment_bytes;
+        let segment = fit_segment(&log, live);
         if log.size_bytes() > (COMPACT_FACTOR * live).max(2 * segment) + segment {
             self.compact(cs).await?;
         }
@@ -191,5 +195,44 @@ impl Broker {
         self.node.metrics.cache.compacted(&cs.key, &cs.cache);
         info!(shard = %cs.key, floor, bytes = cs.shard.log.as_ref().map(|l| l.size_bytes()), "cache shard compacted");
         Ok(())
+    }
+}
+
+/// Sets the segment size of an owned shard's log to a quarter of its live data, between
+/// [`CACHE_SEGMENT_BYTES`] and [`MAX_CACHE_SEGMENT_BYTES`]; returns it. Every roll costs
+/// the log a flush, new files (segment, index, producer snapshot) and an upload, which a
+/// busy cache with 256 KiB segments paid dozens of times a second on every put's path. A
+/// quarter of the live data keeps what compaction lets the log grow to within a small
+/// multiple of it (`COMPACT_FACTOR` times, plus a segment), and a small cache keeps small
+/// segments, so compaction can drop them soon. Followers' logs keep the stream's setting.
+fn fit_segment(log: &ShardLog, live: u64) -> u64 {
+    let want = (live / 4).clamp(CACHE_SEGMENT_BYTES, MAX_CACHE_SEGMENT_BYTES);
+    if log.config().segment_bytes != want {
+        log.alter(|c| c.segment_bytes = want);
+    }
+    want
+}
+
+#[cfg(test)]
+mod tests {
+    use felix_hot::LogConfig;
+
+    use super::*;
+
+    #[test]
+    fn a_shards_segments_are_a_quarter_of_its_live_data_within_bounds() {
+        let dir = tempfile::tempdir().expect("dir");
+        let config = LogConfig {
+            segment_bytes: CACHE_SEGMENT_BYTES,
+            ..LogConfig::default()
+        };
+        let log = ShardLog::open(dir.path(), config).expect("log");
+        assert_eq!(fit_segment(&log, 100 * 1024), CACHE_SEGMENT_BYTES);
+        assert_eq!(fit_segment(&log, 40 << 20), 10 << 20);
+        assert_eq!(log.config().segment_bytes, 10 << 20, "the log rolls at it");
+        assert_eq!(fit_segment(&log, 1 << 40), MAX_CACHE_SEGMENT_BYTES);
+        // Back down when the live data shrinks, so compaction can drop segments soon.
+        assert_eq!(fit_segment(&log, 0), CACHE_SEGMENT_BYTES);
+        assert_eq!(log.config().segment_bytes, CACHE_SEGMENT_BYTES);
     }
 }

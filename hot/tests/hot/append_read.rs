@@ -1308,6 +1308,80 @@ async fn concurrent_appends_get_unique_dense_offsets_in_each_senders_order() {
     assert_eq!(by_base.len(), everything.len());
 }
 
+/// Deferred appends (`append_if_deferred`), made as a cache shard makes its changes:
+/// accepted in turn under the caller's lock, waited for outside it, where the waiter
+/// writes the queue itself. Every accepted append is committed, densely and in order —
+/// across segment rolls (left to the writer thread) and when its ticket is dropped
+/// unawaited — and the log holds them all after a reopen.
+#[tokio::test]
+async fn deferred_appends_are_written_by_their_waiters_densely_across_rolls_and_when_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = ShardLog::open(dir.path(), small_segments(16 * 1024)).unwrap();
+    let turn = std::sync::Arc::new(tokio::sync::Mutex::new(0u64));
+    let run = async {
+        let mut tasks = Vec::new();
+        for task in 0..16u64 {
+            let (log, turn) = (log.clone(), turn.clone());
+            tasks.push(tokio::spawn(async move {
+                let mut sent = Vec::new();
+                for j in 0..40u64 {
+                    let bytes = batch(task * 1000 + j, (j % 3 + 1) as usize, 200);
+                    let ticket = {
+                        let mut next = turn.lock().await;
+                        let t = log
+                            .append_if_deferred(bytes.clone(), *next)
+                            .await
+                            .expect("accepted at the next offset");
+                        *next = t.last_offset + 1;
+                        t
+                    };
+                    sent.push(Sent {
+                        base: ticket.base_offset,
+                        last: ticket.last_offset,
+                        bytes,
+                    });
+                    if j % 7 == 6 {
+                        // Nobody waits for this one: the writer thread must write it.
+                        drop(ticket);
+                    } else {
+                        let (base, last) = ticket.committed().await.expect("committed");
+                        assert_eq!((base, last), (sent[j as usize].base, sent[j as usize].last));
+                    }
+                }
+                sent
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    };
+    let mut everything = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("every awaited deferred append commits");
+    everything.sort_by_key(|s| s.base);
+    let mut next = 0;
+    for s in &everything {
+        assert_eq!(s.base, next, "offsets are unique and dense");
+        next = s.last + 1;
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || log.committed_offset() == next).await,
+        "the appends whose tickets were dropped are written too: committed {} of {next}",
+        log.committed_offset()
+    );
+    assert!(
+        log.sealed_segments().len() > 2,
+        "the appends rolled segments"
+    );
+    assert_log_holds(&log, &everything, 64 * 1024, -1);
+    drop(log);
+    let log = ShardLog::open(dir.path(), small_segments(16 * 1024)).unwrap();
+    assert_eq!(log.next_offset(), next, "a reopened log holds every append");
+    assert_log_holds(&log, &everything, 64 * 1024, -1);
+}
+
 #[tokio::test]
 async fn batches_larger_than_a_read_chunk_are_read_whole_and_in_order() {
     let dir = tempfile::tempdir().unwrap();
