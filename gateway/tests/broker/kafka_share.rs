@@ -24,10 +24,11 @@ use kafka_protocol::messages::share_acknowledge_request::{
 use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::share_group_describe_response::DescribedGroup;
 use kafka_protocol::messages::{
-    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, RequestHeader,
-    ResponseHeader, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
-    ShareFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
-    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
+    ApiKey, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, RequestHeader, ResponseHeader,
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+    ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use serde_json::Value;
@@ -480,6 +481,79 @@ async fn a_share_consumer_without_group_consume_is_refused_and_changes_nothing()
     assert_eq!(info.shards[0].acked, 3, "{info:?}");
 }
 
+/// DescribeShareGroupOffsets of the group `raw` (records 0 and 1 of `share-raw` accepted,
+/// 2 still acquired): its start offset on the partition is the Felix group's position,
+/// 2 (everything below accepted), not the read position 3; every topic the group is on
+/// when none is named; an unknown topic or partition is `UNKNOWN_TOPIC_OR_PARTITION`; a
+/// group that never started on a topic's partitions is -1 there.
+async fn share_group_offsets_are_the_felix_groups_positions(
+    s: &mut tokio::net::TcpStream,
+    topic_id: uuid::Uuid,
+) {
+    use kafka_protocol::messages::describe_share_group_offsets_request::{
+        DescribeShareGroupOffsetsRequestGroup as G, DescribeShareGroupOffsetsRequestTopic as T,
+    };
+    let ask = |topics: Option<Vec<T>>| {
+        DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+            G::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("raw")))
+                .with_topics(topics),
+        ])
+    };
+    let topic = |name: &'static str, partitions: Vec<i32>| {
+        T::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str(name)))
+            .with_partitions(partitions)
+    };
+    let starts = |r: &DescribeShareGroupOffsetsResponse| -> Vec<(String, i32, i64, i16)> {
+        r.groups[0]
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| {
+                    (
+                        t.topic_name.to_string(),
+                        p.partition_index,
+                        p.start_offset,
+                        p.error_code,
+                    )
+                })
+            })
+            .collect()
+    };
+    let all: DescribeShareGroupOffsetsResponse =
+        call(s, ApiKey::DescribeShareGroupOffsets, 0, &ask(None)).await;
+    assert_eq!(all.groups[0].error_code, 0, "{all:?}");
+    assert_eq!(all.groups[0].topics[0].topic_id, topic_id);
+    assert_eq!(
+        starts(&all),
+        vec![("share-raw".to_owned(), 0, 2, 0)],
+        "the group is on share-raw only, at 2: {all:?}"
+    );
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    let named: DescribeShareGroupOffsetsResponse = call(
+        s,
+        ApiKey::DescribeShareGroupOffsets,
+        0,
+        &ask(Some(vec![
+            topic("share-raw", vec![0, 7]),
+            topic("no-such-topic", vec![0]),
+            topic("share-orders-dlq", vec![0]),
+        ])),
+    )
+    .await;
+    assert_eq!(
+        starts(&named),
+        vec![
+            ("share-raw".to_owned(), 0, 2, 0),
+            ("share-raw".to_owned(), 7, -1, unknown),
+            ("no-such-topic".to_owned(), 0, -1, unknown),
+            ("share-orders-dlq".to_owned(), 0, -1, 0),
+        ],
+        "{named:?}"
+    );
+}
+
 /// ShareGroupDescribe of the group `raw`.
 async fn describe_raw(s: &mut tokio::net::TcpStream) -> DescribedGroup {
     let r = ShareGroupDescribeRequest::default()
@@ -640,7 +714,22 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
         .iter()
         .map(|a| (a.first_offset, a.last_offset, a.delivery_count))
         .collect();
-    assert_eq!(acquired, vec![(0, 1, 1)], "two records, delivery 1");
+    // Whole stored batches, as Kafka acquires by default (`MaxRecords` a soft limit): the
+    // three records were published as one batch, so all three, not two.
+    assert_eq!(acquired, vec![(0, 2, 1)], "the whole batch, delivery 1");
+    let batches = p.records.clone().expect("the stored batch");
+    let mut decoded = 0;
+    for (header, batch) in felix_wire::BatchIter::new(&batches, usize::MAX).flatten() {
+        assert_eq!(
+            header.base_offset, 0,
+            "sent as stored, from its base offset"
+        );
+        decoded += felix_wire::DecodedBatch::decode(batch, 1 << 20)
+            .expect("a valid batch")
+            .records
+            .len();
+    }
+    assert_eq!(decoded, 3, "one stored batch of three records");
 
     // A wrong epoch: refused whole, its acknowledgement not applied.
     let (top, _) = acknowledge(&mut s, topic_id, 5, vec![ack_batch(0, 1, 1)]).await;
@@ -652,8 +741,8 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
     let (_, partition) = acknowledge(&mut s, topic_id, 2, vec![ack_batch(0, 1, 9)]).await;
     assert_eq!(partition, ResponseError::InvalidRequest.code());
     assert_eq!(acked().await, 0, "nothing applied");
-    // Offset 2 was never acquired by this member.
-    let (_, partition) = acknowledge(&mut s, topic_id, 3, vec![ack_batch(2, 2, 1)]).await;
+    // Offset 5 was never acquired by this member.
+    let (_, partition) = acknowledge(&mut s, topic_id, 3, vec![ack_batch(5, 5, 1)]).await;
     assert_eq!(partition, ResponseError::InvalidRecordState.code());
     assert_eq!(acked().await, 0, "nothing applied");
     // The good one, applied once; accepting again is not.
@@ -663,6 +752,7 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
     let (_, partition) = acknowledge(&mut s, topic_id, 5, vec![ack_batch(0, 0, 1)]).await;
     assert_eq!(partition, ResponseError::InvalidRecordState.code());
     assert_eq!(acked().await, 2);
+    share_group_offsets_are_the_felix_groups_positions(&mut s, topic_id).await;
 
     // ShareGroupDescribe: the member, its subscription and assignment; after it leaves
     // (epoch -1) the group has no member here.

@@ -238,6 +238,7 @@ async fn acquire(
                 max_records: (want.max_records - got).min(MAX_POLL_RECORDS as usize) as u32,
                 max_bytes: (want.max_bytes - bytes) as u64,
                 wait_ms: 0,
+                whole_batches: true,
             };
             match kafka.broker.group_poll(&poll).await {
                 Ok(claimed) if !claimed.records.is_empty() => {
