@@ -51,13 +51,15 @@ pub(crate) struct Poll<'a> {
     pub max_records: u32,
     pub max_bytes: u64,
     pub wait_ms: u64,
-    /// Whole stored batches: once a batch is started, every record of it not handed out
-    /// yet is claimed, even past `max_records`, and the batch goes out as stored (never
-    /// decoded and re-encoded). A Kafka share fetch asks for this: it is Kafka's default
-    /// acquisition (`share.acquire.mode=batch_optimized`, `MaxRecords` a soft limit), and
-    /// a Kafka client delivers only the records named in the acquired ranges. A Felix poll
-    /// gets at most `max_records`.
-    pub whole_batches: bool,
+    /// Whole stored batches, while the poll's records stay at most this many: once a batch
+    /// is started, every record of it not handed out yet is claimed, even past
+    /// `max_records`, and the batch goes out as stored (never decoded and re-encoded). A
+    /// Kafka share fetch asks for this: it is Kafka's default acquisition
+    /// (`share.acquire.mode=batch_optimized`, `MaxRecords` a soft limit), and a Kafka
+    /// client delivers only the records named in the acquired ranges; its bound is what
+    /// one acknowledgement may name, so everything acquired can be answered at once.
+    /// `None` (a Felix poll): at most `max_records`.
+    pub whole_batches: Option<usize>,
 }
 
 /// What a poll handed out: each record's claim, and the stored batches holding them (which
@@ -303,19 +305,25 @@ impl Broker {
                 return Ok(pos);
             }
             let offsets = batch_offsets(&header, batch)?;
+            // A batch that would take the poll past its whole-batch bound is taken up to
+            // `max_records`.
+            let left = offsets.iter().filter(|o| **o >= pos).count();
+            let whole_batch = limits
+                .whole_batches
+                .is_some_and(|most| out.claims.len() + left <= most);
             let mut took = Vec::new();
             for &offset in &offsets {
                 if offset < pos {
                     continue;
                 }
-                if !limits.whole_batches && out.claims.len() + took.len() >= max_records {
+                if !whole_batch && out.claims.len() + took.len() >= max_records {
                     break;
                 }
                 took.push(offset);
                 pos = offset + 1;
             }
             let run = took.last().map_or(0, |l| l + 1 - took[0]) == took.len() as u64;
-            let whole = limits.whole_batches && !took.is_empty();
+            let whole = whole_batch && !took.is_empty();
             if whole || took.len() == offsets.len() || (!took.is_empty() && !run) {
                 // The whole stored batch, as a subscription sends it: no copy, no re-encoding.
                 out.add_batch(header.base_offset, &read.batches.slice_ref(batch));
@@ -426,7 +434,7 @@ impl Broker {
 struct Limits {
     records: usize,
     bytes: usize,
-    whole_batches: bool,
+    whole_batches: Option<usize>,
 }
 
 /// When the earliest pending record falls due (ms since the epoch).

@@ -100,6 +100,7 @@ async fn kafka_share_groups_on_one_broker() {
     share_group_configs_set_through_the_admin_api_are_the_felix_groups_settings(&broker, both)
         .await;
     bad_share_requests_get_kafka_codes_and_change_nothing(&broker, both).await;
+    a_batch_too_large_for_one_acknowledgement_is_acquired_up_to_max_records(&broker, both).await;
 }
 
 /// Two `ShareConsumer`s in explicit mode, started before 1,000 records are sent, split
@@ -552,6 +553,110 @@ async fn share_group_offsets_are_the_felix_groups_positions(
         ],
         "{named:?}"
     );
+}
+
+/// Whole stored batches stop where one acknowledgement could no longer name every record
+/// acquired (10,000 per partition): a stored batch of 10,001 records is acquired up to
+/// `MaxRecords` (500), and accepting all of them in one ShareAcknowledge is applied.
+async fn a_batch_too_large_for_one_acknowledgement_is_acquired_up_to_max_records(
+    broker: &Broker,
+    (conn, client): (&Connection, &Client),
+) {
+    const STORED: usize = 10_001;
+    topic(conn, "share-huge", 1).await;
+    share_group(
+        client,
+        "share-huge",
+        "huge",
+        30_000,
+        5,
+        None,
+        GroupStart::Earliest,
+    )
+    .await;
+    let messages = (0..STORED)
+        .map(|i| felix_client::Message::new(format!("{i}")))
+        .collect();
+    conn.publish_batch(
+        TENANT,
+        NS,
+        "share-huge",
+        messages,
+        felix_client::AckMode::Batch,
+    )
+    .await
+    .expect("publish one batch");
+    let mut s = tokio::net::TcpStream::connect(broker.kafka_addr)
+        .await
+        .expect("connect");
+    let group = || Some(GroupId(StrBytes::from_static_str("huge")));
+    let member = || StrBytes::from_static_str("h1");
+    let joined: ShareGroupHeartbeatResponse = call(
+        &mut s,
+        ApiKey::ShareGroupHeartbeat,
+        1,
+        &ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("huge")))
+            .with_member_id(member())
+            .with_member_epoch(0)
+            .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str(
+                "share-huge",
+            ))])),
+    )
+    .await;
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let topic_id = joined.assignment.expect("an assignment").topic_partitions[0].topic_id;
+    let fetched: ShareFetchResponse = call(
+        &mut s,
+        ApiKey::ShareFetch,
+        1,
+        &ShareFetchRequest::default()
+            .with_group_id(group())
+            .with_member_id(Some(member()))
+            .with_share_session_epoch(0)
+            .with_max_wait_ms(2000)
+            .with_max_bytes(8 << 20)
+            .with_max_records(500)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic_id(topic_id)
+                    .with_partitions(vec![FetchPartition::default().with_partition_index(0)]),
+            ]),
+    )
+    .await;
+    let acquired: Vec<(i64, i64)> = fetched.responses[0].partitions[0]
+        .acquired_records
+        .iter()
+        .map(|a| (a.first_offset, a.last_offset))
+        .collect();
+    assert_eq!(
+        acquired,
+        vec![(0, 499)],
+        "up to MaxRecords, not the whole batch"
+    );
+    let r = ShareAcknowledgeRequest::default()
+        .with_group_id(group())
+        .with_member_id(Some(member()))
+        .with_share_session_epoch(1)
+        .with_topics(vec![
+            AcknowledgeTopic::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![
+                    AcknowledgePartition::default()
+                        .with_partition_index(0)
+                        .with_acknowledgement_batches(vec![ack_batch(0, 499, 1)]),
+                ]),
+        ]);
+    let answer: ShareAcknowledgeResponse = call(&mut s, ApiKey::ShareAcknowledge, 1, &r).await;
+    assert_eq!(
+        answer.responses[0].partitions[0].error_code, 0,
+        "{answer:?}"
+    );
+    let info = client
+        .describe_group(TENANT, NS, "share-huge", "huge")
+        .await
+        .expect("describe");
+    assert_eq!(info.shards[0].acked, 500, "{info:?}");
 }
 
 /// ShareGroupDescribe of the group `raw`.
