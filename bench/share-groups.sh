@@ -11,6 +11,9 @@
 #   REPS=5 RECORDS=50000 bench/share-groups.sh        (defaults: 3, 20000)
 #   PROFILE=release bench/share-groups.sh             (default: debug, the dev build)
 #
+# Where one consumer's time goes (its own CPU, the time inside poll(), the poll sizes):
+# bench/share_groups_probe.py against a broker already up (its header has the commands).
+#
 # Per rep, for each of classic, share x1, share x4 (order rotating between reps): create the
 # topic, make the share group exist (a share group starts at `latest`), produce RECORDS,
 # then time from the first record received to the last (across all consumers for share x4,

@@ -52,6 +52,14 @@ pub enum OffsetsOp {
     },
     /// Delete each shard's offset of the group.
     Delete { shards: Vec<u32> },
+    /// Commit each shard's offset only where the journal holds none for the group: an
+    /// offset from the old local log moving in (`kafka/groups/upgrade.rs`), which never
+    /// overwrites a commit made since. Answers the journal's offset after it.
+    Adopt { offsets: Vec<(u32, KafkaOffset)> },
+    /// Each shard's position of the Felix group of this name (a Kafka share group's start
+    /// offset: everything below it retired), answered in `offset`; none where the group
+    /// does not exist or has not started on the shard.
+    ShareStart { shards: Vec<u32> },
     /// A replica: follow these shards' journals (they hold Kafka offsets now).
     Follow { shards: Vec<u32> },
 }
@@ -90,6 +98,30 @@ impl GroupShard {
             };
         }
         Ok(ticket)
+    }
+
+    /// Appends `offset` for `group` only if the table holds none for it (checked and
+    /// appended under one lock, so a commit in between is never overwritten); the offset
+    /// the table holds after, and the ticket to await when one was appended.
+    async fn adopt_kafka(
+        &self,
+        group: &str,
+        offset: KafkaOffset,
+    ) -> Result<(KafkaOffset, Option<Appended>), ErrorBody> {
+        let mut table = self.kafka.lock().await;
+        if let Some(held) = table.get(group) {
+            return Ok((held.clone(), None));
+        }
+        let entries = [(group.to_owned(), Some(offset.clone()))];
+        let ticket = self
+            .log
+            .append(kafka_journal::batch(&entries).map_err(|e| log_error(&e))?)
+            .await
+            .map_err(|e| log_error(&e))?;
+        self.appended
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        table.insert(group.to_owned(), offset.clone());
+        Ok((offset, Some(ticket)))
     }
 }
 
@@ -172,6 +204,66 @@ impl Broker {
             (shard, outcome.await)
         });
         futures::future::join_all(commits).await
+    }
+
+    /// Commits `group`'s offsets on shards of one stream this broker leads where the
+    /// journal holds none for it; each shard's offset after (the one it already held wins).
+    pub(crate) async fn kafka_offsets_adopt(
+        &self,
+        stream: (&str, &str, &str),
+        group: &str,
+        offsets: Vec<(u32, KafkaOffset)>,
+    ) -> Vec<(u32, ShardOutcome)> {
+        let adopts = offsets.into_iter().map(|(shard, offset)| async move {
+            let key = shard_key(stream.0, stream.1, stream.2, shard);
+            let outcome = async {
+                let gs = self.kafka_journal(&key).await?;
+                let (now, ticket) = gs.adopt_kafka(group, offset).await?;
+                if let Some(ticket) = ticket {
+                    gs.written(ticket).await?;
+                }
+                Ok(Some(now))
+            };
+            (shard, outcome.await)
+        });
+        futures::future::join_all(adopts).await
+    }
+
+    /// The position of the Felix group `group` on shards of one stream this broker leads,
+    /// as a Kafka share group's start offset (`OffsetsOp::ShareStart`).
+    pub(crate) async fn share_start_offsets(
+        &self,
+        stream: (&str, &str, &str),
+        group: &str,
+        shards: Vec<u32>,
+    ) -> Vec<(u32, ShardOutcome)> {
+        let (t, n, s) = stream;
+        let Ok(g) = self.group(t, n, s, group) else {
+            return shards.into_iter().map(|shard| (shard, Ok(None))).collect();
+        };
+        let mut out = Vec::with_capacity(shards.len());
+        for shard in shards {
+            let outcome = async {
+                let gs = self.group_shard(t, n, s, shard).await?;
+                // Looked at, not created: describing a group does not start it here.
+                let cursor = gs.cursors.lock().get(&g.name).cloned();
+                let Some(cursor) = cursor else {
+                    return Ok(None);
+                };
+                let c = cursor.lock().await;
+                if c.id != g.id || c.progress.next.is_none() {
+                    return Ok(None);
+                }
+                Ok(Some(KafkaOffset {
+                    offset: c.position() as i64,
+                    leader_epoch: -1,
+                    metadata: None,
+                    commit_ms: 0,
+                }))
+            };
+            out.push((shard, outcome.await));
+        }
+        out
     }
 
     /// `group`'s offsets on shards of one stream this broker leads.
@@ -349,6 +441,12 @@ impl Broker {
             OffsetsOp::Delete { shards } => {
                 self.kafka_offsets_delete(stream, &call.group, shards).await
             }
+            OffsetsOp::Adopt { offsets } => {
+                self.kafka_offsets_adopt(stream, &call.group, offsets).await
+            }
+            OffsetsOp::ShareStart { shards } => {
+                self.share_start_offsets(stream, &call.group, shards).await
+            }
             OffsetsOp::Follow { shards } => {
                 let mut out = Vec::with_capacity(shards.len());
                 for shard in shards {
@@ -377,10 +475,13 @@ pub(crate) async fn serve(
 ) -> Json<Vec<(u32, ShardOutcome)>> {
     let Some(broker) = slot.get().and_then(Weak::upgrade) else {
         let shards: Vec<u32> = match &call.op {
-            OffsetsOp::Commit { offsets } => offsets.iter().map(|(s, _)| *s).collect(),
+            OffsetsOp::Commit { offsets } | OffsetsOp::Adopt { offsets } => {
+                offsets.iter().map(|(s, _)| *s).collect()
+            }
             OffsetsOp::Fetch { shards, .. }
             | OffsetsOp::Delete { shards }
-            | OffsetsOp::Follow { shards } => shards.clone(),
+            | OffsetsOp::Follow { shards }
+            | OffsetsOp::ShareStart { shards } => shards.clone(),
         };
         let starting = err(
             codes::SHARD_UNAVAILABLE,

@@ -51,6 +51,15 @@ pub(crate) struct Poll<'a> {
     pub max_records: u32,
     pub max_bytes: u64,
     pub wait_ms: u64,
+    /// Whole stored batches, while the poll's records stay at most this many: once a batch
+    /// is started, every record of it not handed out yet is claimed, even past
+    /// `max_records`, and the batch goes out as stored (never decoded and re-encoded). A
+    /// Kafka share fetch asks for this: it is Kafka's default acquisition
+    /// (`share.acquire.mode=batch_optimized`, `MaxRecords` a soft limit), and a Kafka
+    /// client delivers only the records named in the acquired ranges; its bound is what
+    /// one acknowledgement may name, so everything acquired can be answered at once.
+    /// `None` (a Felix poll): at most `max_records`.
+    pub whole_batches: Option<usize>,
 }
 
 /// What a poll handed out: each record's claim, and the stored batches holding them (which
@@ -182,8 +191,13 @@ impl Broker {
         let old_next = c.progress.next.unwrap_or(0);
         let mut next = old_next;
         if out.claims.len() < max_records && out.bytes < max_bytes {
+            let limits = Limits {
+                records: max_records,
+                bytes: max_bytes,
+                whole_batches: p.whole_batches,
+            };
             next = self
-                .read_new(gs, next, max_records, max_bytes, &mut out, &mut events)
+                .read_new(gs, next, &limits, &mut out, &mut events)
                 .await?;
         }
         let deadline_ms = now + group.settings.visibility_timeout_ms as i64;
@@ -234,18 +248,15 @@ impl Broker {
         &self,
         gs: &GroupShard,
         next: u64,
-        max_records: usize,
-        max_bytes: usize,
+        limits: &Limits,
         out: &mut Handout,
         events: &mut Vec<Event>,
     ) -> Result<u64, ErrorBody> {
         let mut pos = next;
         for _ in 0..FETCH_ROUNDS {
             let before = (pos, out.claims.len());
-            pos = self
-                .read_new_once(gs, pos, max_records, max_bytes, out, events)
-                .await?;
-            let full = out.claims.len() >= max_records || out.bytes >= max_bytes;
+            pos = self.read_new_once(gs, pos, limits, out, events).await?;
+            let full = out.claims.len() >= limits.records || out.bytes >= limits.bytes;
             if full || pos >= gs.shard.visible_end() || (pos, out.claims.len()) == before {
                 break;
             }
@@ -258,11 +269,11 @@ impl Broker {
         &self,
         gs: &GroupShard,
         next: u64,
-        max_records: usize,
-        max_bytes: usize,
+        limits: &Limits,
         out: &mut Handout,
         events: &mut Vec<Event>,
     ) -> Result<u64, ErrorBody> {
+        let (max_records, max_bytes) = (limits.records, limits.bytes);
         let read = match self
             .fetch(
                 &gs.key,
@@ -294,19 +305,26 @@ impl Broker {
                 return Ok(pos);
             }
             let offsets = batch_offsets(&header, batch)?;
+            // A batch that would take the poll past its whole-batch bound is taken up to
+            // `max_records`.
+            let left = offsets.iter().filter(|o| **o >= pos).count();
+            let whole_batch = limits
+                .whole_batches
+                .is_some_and(|most| out.claims.len() + left <= most);
             let mut took = Vec::new();
             for &offset in &offsets {
                 if offset < pos {
                     continue;
                 }
-                if out.claims.len() + took.len() >= max_records {
+                if !whole_batch && out.claims.len() + took.len() >= max_records {
                     break;
                 }
                 took.push(offset);
                 pos = offset + 1;
             }
             let run = took.last().map_or(0, |l| l + 1 - took[0]) == took.len() as u64;
-            if took.len() == offsets.len() || (!took.is_empty() && !run) {
+            let whole = whole_batch && !took.is_empty();
+            if whole || took.len() == offsets.len() || (!took.is_empty() && !run) {
                 // The whole stored batch, as a subscription sends it: no copy, no re-encoding.
                 out.add_batch(header.base_offset, &read.batches.slice_ref(batch));
             } else if !took.is_empty() {
@@ -410,6 +428,13 @@ impl Broker {
             GroupStart::Timestamp(ms) => at_time(ms).await?.unwrap_or(b.high_watermark),
         })
     }
+}
+
+/// How much one poll reads of records never handed out.
+struct Limits {
+    records: usize,
+    bytes: usize,
+    whole_batches: Option<usize>,
 }
 
 /// When the earliest pending record falls due (ms since the epoch).

@@ -100,6 +100,7 @@ async fn answer(
                     max_records,
                     max_bytes,
                     wait_ms,
+                    whole_batches: None,
                 })
                 .await?;
             let (records, body) = (claimed.records, claimed.body);

@@ -50,6 +50,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
+    (ApiKey::DescribeShareGroupOffsets, 0, 0),
 ];
 
 /// The versions of `key` this listener serves, if any.
@@ -281,6 +282,7 @@ mod tests {
             ApiKey::ShareGroupDescribe => body!(ShareGroupDescribeRequest),
             ApiKey::ShareFetch => body!(ShareFetchRequest),
             ApiKey::ShareAcknowledge => body!(ShareAcknowledgeRequest),
+            ApiKey::DescribeShareGroupOffsets => body!(DescribeShareGroupOffsetsRequest),
             _ => Ok(()),
         }
     }

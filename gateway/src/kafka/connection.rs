@@ -393,6 +393,9 @@ async fn serve_request(
         ApiKey::ShareAcknowledge => serve!(ShareAcknowledgeRequest, |r| {
             share::share_acknowledge(kafka, scope, r).await
         }),
+        ApiKey::DescribeShareGroupOffsets => serve!(DescribeShareGroupOffsetsRequest, |r| {
+            share::describe_share_group_offsets(kafka, scope, r).await
+        }),
         ApiKey::Metadata => serve!(MetadataRequest, |r| topics::metadata(
             kafka, scope, r, version, advertised
         )

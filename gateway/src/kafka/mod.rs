@@ -126,7 +126,8 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 impl KafkaListener {
     /// Binds the listener and opens the log of offsets committed before they moved into the
-    /// group journals (`<data_dir>/kafka/group-offsets`, read-only, `offsets.rs`).
+    /// group journals (`<data_dir>/kafka/group-offsets`, `offsets.rs`), whose offsets a
+    /// task moves into the journals (`groups/upgrade.rs`).
     pub async fn bind(
         config: &BrokerConfig,
         settings: KafkaSettings,
@@ -156,6 +157,7 @@ impl KafkaListener {
             settings,
         });
         tokio::spawn(groups::expire_members(Arc::downgrade(&kafka)));
+        tokio::spawn(groups::move_old_offsets(Arc::downgrade(&kafka)));
         tokio::spawn(lag::report(Arc::downgrade(&kafka)));
         tokio::spawn(share::expire_members(Arc::downgrade(&kafka)));
         Ok(KafkaListener {

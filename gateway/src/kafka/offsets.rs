@@ -1,12 +1,13 @@
 //! Kafka consumer groups' committed offsets as Felix kept them before they moved into the
 //! partitions' group journals (`crate::groups::kafka_offsets`): a broker's local log,
-//! `<data_dir>/kafka/group-offsets`, now read-only.
+//! `<data_dir>/kafka/group-offsets`, no longer committed to.
 //!
 //! Decides what an upgraded broker still knows: the offsets its groups committed before
-//! the upgrade, answered where a partition's journal holds none for the group (the first
-//! commit after the upgrade supersedes them), and deleted with the group (DeleteGroups
-//! appends tombstones here). Every OffsetCommit of an older Felix was one record batch in
-//! this log; the table in memory is rebuilt from it when the broker starts.
+//! the upgrade, until each has moved into its partition's journal
+//! (`kafka/groups/upgrade.rs`, which then forgets it here with a tombstone), and deleted
+//! with the group (DeleteGroups appends tombstones here). Every OffsetCommit of an older
+//! Felix was one record batch in this log; the table in memory is rebuilt from it when the
+//! broker starts.
 //!
 //! The invariant: replaying the log in order gives the table, because a change is applied
 //! to the table under the same lock that appends it, so table order is log order. (Tests
@@ -171,6 +172,43 @@ impl CommittedOffsets {
         };
         ticket.0.committed().await?;
         Ok(ticket.1)
+    }
+
+    /// Forgets `entries` durably (a tombstone each, in one write) where the table still
+    /// holds that very offset: offsets moved into the group journals
+    /// (`kafka/groups/upgrade.rs`). How many were forgotten.
+    pub async fn forget(&self, entries: &[(OffsetKey, Committed)]) -> Result<usize, LogError> {
+        let (ticket, n) = {
+            let mut table = self.table.lock().await;
+            let keys: Vec<(OffsetKey, Option<Committed>)> = entries
+                .iter()
+                .filter(|(k, v)| table.entries.get(k) == Some(v))
+                .map(|(k, _)| (k.clone(), None))
+                .collect();
+            if keys.is_empty() {
+                return Ok(0);
+            }
+            let ticket = self.log.append(batch(&keys)?).await?;
+            for (k, _) in &keys {
+                table.entries.remove(k);
+            }
+            table.records_since_snapshot += keys.len() as u64;
+            (ticket, keys.len())
+        };
+        ticket.committed().await?;
+        Ok(n)
+    }
+
+    /// Every offset the log still holds.
+    pub async fn entries(&self) -> Vec<(OffsetKey, Committed)> {
+        let table = self.table.lock().await;
+        let mut out: Vec<(OffsetKey, Committed)> = table
+            .entries
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// A group's committed offset for one partition.

@@ -303,8 +303,10 @@ fn group_records(v: &Value) -> Vec<(u64, u32, u64, String, String)> {
 /// a group of two consumers processes half of them (committing each before counting it);
 /// the broker is SIGKILLed and restarted; the group resumes from its committed offsets and
 /// processes the other half. Between them, every record is processed exactly once. While
-/// the broker is down, offsets are written as a Felix before the group journals kept them:
-/// they are answered after the restart until the group commits again.
+/// the broker is down, offsets are written as a Felix before the group journals kept them
+/// (in the broker's own log): after the restart they are moved into the partitions' group
+/// journals, so they are still answered once that old log is lost, until the group commits
+/// again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_group_of_two_reads_every_message_once_and_resumes_after_a_restart() {
     const N: usize = 10_000;
@@ -354,20 +356,44 @@ async fn a_consumer_group_of_two_reads_every_message_once_and_resumes_after_a_re
         "both members of the group processed records: {per_member:?}"
     );
 
-    // While it is down, offsets as a Felix before the group journals committed them.
+    // While it is down, offsets as a Felix before the group journals committed them, in the
+    // broker's own log: one group read after the restart, one never read.
     broker.kill();
     let old = [(1, 17), (3, 40)];
-    let as_before: Vec<(&str, i32, i64)> = old.iter().map(|(p, o)| ("orders", *p, *o)).collect();
-    super::kafka_group_failover::write_offsets_as_before_the_upgrade(
+    let unread = [(0, 11), (2, 23)];
+    let as_before = |offsets: &[(i32, i64)]| -> Vec<(&str, i32, i64)> {
+        offsets.iter().map(|(p, o)| ("orders", *p, *o)).collect()
+    };
+    use super::kafka_group_failover as upgrade;
+    upgrade::write_offsets_as_before_the_upgrade(
         &broker.data_dir(),
         "g-upgraded",
-        &as_before,
+        &as_before(&old),
+    )
+    .await;
+    upgrade::write_offsets_as_before_the_upgrade(
+        &broker.data_dir(),
+        "g-unread",
+        &as_before(&unread),
     )
     .await;
     broker.restart().await;
     let bootstrap = broker.kafka_addr.to_string();
-    super::kafka_group_failover::offsets_committed_before_the_upgrade_are_answered_until_the_group_commits(
-        &bootstrap, "orders", "g-upgraded", &old,
+    // The start-up move into the partitions' journals, then a first OffsetFetch.
+    upgrade::old_offsets_moved_at_start_up(&broker.log_path(), 2).await;
+    upgrade::offsets_read(&bootstrap, "orders", "g-upgraded", &old).await;
+    // Moved: losing the old log loses nothing.
+    broker.kill();
+    std::fs::remove_dir_all(broker.data_dir().join("kafka").join("group-offsets"))
+        .expect("remove the old offsets log");
+    broker.restart().await;
+    let bootstrap = broker.kafka_addr.to_string();
+    upgrade::offsets_read(&bootstrap, "orders", "g-unread", &unread).await;
+    upgrade::offsets_committed_before_the_upgrade_are_answered_until_the_group_commits(
+        &bootstrap,
+        "orders",
+        "g-upgraded",
+        &old,
     )
     .await;
     let second = python(&["group", &bootstrap, "orders", "g1", &HALF.to_string()]).await;

@@ -80,6 +80,7 @@ fn request_frame(key: ApiKey, version: i16, correlation: i32, body: bool) -> Vec
         ApiKey::ShareGroupDescribe => body!(ShareGroupDescribeRequest),
         ApiKey::ShareFetch => body!(ShareFetchRequest),
         ApiKey::ShareAcknowledge => body!(ShareAcknowledgeRequest),
+        ApiKey::DescribeShareGroupOffsets => body!(DescribeShareGroupOffsetsRequest),
         other => panic!("{other:?} is advertised: add its request here"),
     };
     encoded.unwrap_or_else(|e| panic!("encode {key:?} v{version}: {e}"));
@@ -132,6 +133,7 @@ fn decodes_as(key: ApiKey, version: i16, mut body: Bytes) -> Result<(), String> 
         ApiKey::ShareGroupDescribe => response!(ShareGroupDescribeResponse),
         ApiKey::ShareFetch => response!(ShareFetchResponse),
         ApiKey::ShareAcknowledge => response!(ShareAcknowledgeResponse),
+        ApiKey::DescribeShareGroupOffsets => response!(DescribeShareGroupOffsetsResponse),
         other => Err(format!(
             "{other:?} is advertised but this test cannot decode its answer: add it here"
         )),

@@ -10,8 +10,9 @@
 //! offsets.
 //!
 //! Also the upgrade: offsets an older Felix committed in the coordinator's own log
-//! (`<data_dir>/kafka/group-offsets`) are still answered, until the group commits again
-//! (a step of the restart test in `kafka.rs`, which has a broker down at the right time).
+//! (`<data_dir>/kafka/group-offsets`) move into the partitions' group journals at start-up,
+//! so they are still answered after that log is lost, until the group commits again (a
+//! step of the restart test in `kafka.rs`, which has a broker down at the right time).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -216,9 +217,55 @@ pub(super) async fn write_offsets_as_before_the_upgrade(
     log.sync().await.expect("sync");
 }
 
-/// After the upgrade (`write_offsets_as_before_the_upgrade` while the broker was down):
-/// OffsetFetch answers the old log's offsets of `group` on `topic`, and a commit moves
-/// them (the partition's group journal supersedes the old log).
+/// After the upgrade (`write_offsets_as_before_the_upgrade` while the broker was down): the
+/// broker's log (`log`) says, after its last start, that the old log's offsets (`groups`
+/// groups' worth) moved into the partitions' group journals.
+pub(super) async fn old_offsets_moved_at_start_up(log: &Path, groups: usize) {
+    let deadline = tokio::time::Instant::now() + super::common::PATIENCE;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let last_start = text
+            .rsplit("===== test harness: start #")
+            .next()
+            .unwrap_or("");
+        if last_start.contains("moved into them") {
+            assert!(
+                last_start.contains(&format!("offsets={}", 2 * groups)),
+                "every old offset moved: {last_start}"
+            );
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the old offsets did not move into the group journals: {last_start}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// OffsetFetch (confluent-kafka's `committed()`) answers `offsets` for `group` on `topic`.
+pub(super) async fn offsets_read(
+    bootstrap: &str,
+    topic: &str,
+    group: &str,
+    offsets: &[(i32, i64)],
+) {
+    let out = python_script(
+        "kafka_group_failover.py",
+        &["offsets", bootstrap, topic, group],
+    )
+    .await;
+    for (p, o) in offsets {
+        assert_eq!(
+            out["before"][p.to_string()].as_i64(),
+            Some(*o),
+            "{group}: partition {p}'s offset from before the upgrade: {out}"
+        );
+    }
+}
+
+/// After the upgrade: OffsetFetch answers the offsets of `group` on `topic` from before
+/// it, and a commit moves them.
 pub(super) async fn offsets_committed_before_the_upgrade_are_answered_until_the_group_commits(
     bootstrap: &str,
     topic: &str,

@@ -24,10 +24,11 @@ use kafka_protocol::messages::share_acknowledge_request::{
 use kafka_protocol::messages::share_fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::share_group_describe_response::DescribedGroup;
 use kafka_protocol::messages::{
-    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, RequestHeader,
-    ResponseHeader, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
-    ShareFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
-    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
+    ApiKey, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, RequestHeader, ResponseHeader,
+    ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
+    ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareGroupHeartbeatRequest,
+    ShareGroupHeartbeatResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use serde_json::Value;
@@ -99,6 +100,7 @@ async fn kafka_share_groups_on_one_broker() {
     share_group_configs_set_through_the_admin_api_are_the_felix_groups_settings(&broker, both)
         .await;
     bad_share_requests_get_kafka_codes_and_change_nothing(&broker, both).await;
+    a_batch_too_large_for_one_acknowledgement_is_acquired_up_to_max_records(&broker, both).await;
 }
 
 /// Two `ShareConsumer`s in explicit mode, started before 1,000 records are sent, split
@@ -480,6 +482,183 @@ async fn a_share_consumer_without_group_consume_is_refused_and_changes_nothing()
     assert_eq!(info.shards[0].acked, 3, "{info:?}");
 }
 
+/// DescribeShareGroupOffsets of the group `raw` (records 0 and 1 of `share-raw` accepted,
+/// 2 still acquired): its start offset on the partition is the Felix group's position,
+/// 2 (everything below accepted), not the read position 3; every topic the group is on
+/// when none is named; an unknown topic or partition is `UNKNOWN_TOPIC_OR_PARTITION`; a
+/// group that never started on a topic's partitions is -1 there.
+async fn share_group_offsets_are_the_felix_groups_positions(
+    s: &mut tokio::net::TcpStream,
+    topic_id: uuid::Uuid,
+) {
+    use kafka_protocol::messages::describe_share_group_offsets_request::{
+        DescribeShareGroupOffsetsRequestGroup as G, DescribeShareGroupOffsetsRequestTopic as T,
+    };
+    let ask = |topics: Option<Vec<T>>| {
+        DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+            G::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("raw")))
+                .with_topics(topics),
+        ])
+    };
+    let topic = |name: &'static str, partitions: Vec<i32>| {
+        T::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str(name)))
+            .with_partitions(partitions)
+    };
+    let starts = |r: &DescribeShareGroupOffsetsResponse| -> Vec<(String, i32, i64, i16)> {
+        r.groups[0]
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| {
+                    (
+                        t.topic_name.to_string(),
+                        p.partition_index,
+                        p.start_offset,
+                        p.error_code,
+                    )
+                })
+            })
+            .collect()
+    };
+    let all: DescribeShareGroupOffsetsResponse =
+        call(s, ApiKey::DescribeShareGroupOffsets, 0, &ask(None)).await;
+    assert_eq!(all.groups[0].error_code, 0, "{all:?}");
+    assert_eq!(all.groups[0].topics[0].topic_id, topic_id);
+    assert_eq!(
+        starts(&all),
+        vec![("share-raw".to_owned(), 0, 2, 0)],
+        "the group is on share-raw only, at 2: {all:?}"
+    );
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    let named: DescribeShareGroupOffsetsResponse = call(
+        s,
+        ApiKey::DescribeShareGroupOffsets,
+        0,
+        &ask(Some(vec![
+            topic("share-raw", vec![0, 7]),
+            topic("no-such-topic", vec![0]),
+            topic("share-orders-dlq", vec![0]),
+        ])),
+    )
+    .await;
+    assert_eq!(
+        starts(&named),
+        vec![
+            ("share-raw".to_owned(), 0, 2, 0),
+            ("share-raw".to_owned(), 7, -1, unknown),
+            ("no-such-topic".to_owned(), 0, -1, unknown),
+            ("share-orders-dlq".to_owned(), 0, -1, 0),
+        ],
+        "{named:?}"
+    );
+}
+
+/// Whole stored batches stop where one acknowledgement could no longer name every record
+/// acquired (10,000 per partition): a stored batch of 10,001 records is acquired up to
+/// `MaxRecords` (500), and accepting all of them in one ShareAcknowledge is applied.
+async fn a_batch_too_large_for_one_acknowledgement_is_acquired_up_to_max_records(
+    broker: &Broker,
+    (conn, client): (&Connection, &Client),
+) {
+    const STORED: usize = 10_001;
+    topic(conn, "share-huge", 1).await;
+    share_group(
+        client,
+        "share-huge",
+        "huge",
+        30_000,
+        5,
+        None,
+        GroupStart::Earliest,
+    )
+    .await;
+    let messages = (0..STORED)
+        .map(|i| felix_client::Message::new(format!("{i}")))
+        .collect();
+    conn.publish_batch(
+        TENANT,
+        NS,
+        "share-huge",
+        messages,
+        felix_client::AckMode::Batch,
+    )
+    .await
+    .expect("publish one batch");
+    let mut s = tokio::net::TcpStream::connect(broker.kafka_addr)
+        .await
+        .expect("connect");
+    let group = || Some(GroupId(StrBytes::from_static_str("huge")));
+    let member = || StrBytes::from_static_str("h1");
+    let joined: ShareGroupHeartbeatResponse = call(
+        &mut s,
+        ApiKey::ShareGroupHeartbeat,
+        1,
+        &ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("huge")))
+            .with_member_id(member())
+            .with_member_epoch(0)
+            .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str(
+                "share-huge",
+            ))])),
+    )
+    .await;
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let topic_id = joined.assignment.expect("an assignment").topic_partitions[0].topic_id;
+    let fetched: ShareFetchResponse = call(
+        &mut s,
+        ApiKey::ShareFetch,
+        1,
+        &ShareFetchRequest::default()
+            .with_group_id(group())
+            .with_member_id(Some(member()))
+            .with_share_session_epoch(0)
+            .with_max_wait_ms(2000)
+            .with_max_bytes(8 << 20)
+            .with_max_records(500)
+            .with_topics(vec![
+                FetchTopic::default()
+                    .with_topic_id(topic_id)
+                    .with_partitions(vec![FetchPartition::default().with_partition_index(0)]),
+            ]),
+    )
+    .await;
+    let acquired: Vec<(i64, i64)> = fetched.responses[0].partitions[0]
+        .acquired_records
+        .iter()
+        .map(|a| (a.first_offset, a.last_offset))
+        .collect();
+    assert_eq!(
+        acquired,
+        vec![(0, 499)],
+        "up to MaxRecords, not the whole batch"
+    );
+    let r = ShareAcknowledgeRequest::default()
+        .with_group_id(group())
+        .with_member_id(Some(member()))
+        .with_share_session_epoch(1)
+        .with_topics(vec![
+            AcknowledgeTopic::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![
+                    AcknowledgePartition::default()
+                        .with_partition_index(0)
+                        .with_acknowledgement_batches(vec![ack_batch(0, 499, 1)]),
+                ]),
+        ]);
+    let answer: ShareAcknowledgeResponse = call(&mut s, ApiKey::ShareAcknowledge, 1, &r).await;
+    assert_eq!(
+        answer.responses[0].partitions[0].error_code, 0,
+        "{answer:?}"
+    );
+    let info = client
+        .describe_group(TENANT, NS, "share-huge", "huge")
+        .await
+        .expect("describe");
+    assert_eq!(info.shards[0].acked, 500, "{info:?}");
+}
+
 /// ShareGroupDescribe of the group `raw`.
 async fn describe_raw(s: &mut tokio::net::TcpStream) -> DescribedGroup {
     let r = ShareGroupDescribeRequest::default()
@@ -640,7 +819,22 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
         .iter()
         .map(|a| (a.first_offset, a.last_offset, a.delivery_count))
         .collect();
-    assert_eq!(acquired, vec![(0, 1, 1)], "two records, delivery 1");
+    // Whole stored batches, as Kafka acquires by default (`MaxRecords` a soft limit): the
+    // three records were published as one batch, so all three, not two.
+    assert_eq!(acquired, vec![(0, 2, 1)], "the whole batch, delivery 1");
+    let batches = p.records.clone().expect("the stored batch");
+    let mut decoded = 0;
+    for (header, batch) in felix_wire::BatchIter::new(&batches, usize::MAX).flatten() {
+        assert_eq!(
+            header.base_offset, 0,
+            "sent as stored, from its base offset"
+        );
+        decoded += felix_wire::DecodedBatch::decode(batch, 1 << 20)
+            .expect("a valid batch")
+            .records
+            .len();
+    }
+    assert_eq!(decoded, 3, "one stored batch of three records");
 
     // A wrong epoch: refused whole, its acknowledgement not applied.
     let (top, _) = acknowledge(&mut s, topic_id, 5, vec![ack_batch(0, 1, 1)]).await;
@@ -652,8 +846,8 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
     let (_, partition) = acknowledge(&mut s, topic_id, 2, vec![ack_batch(0, 1, 9)]).await;
     assert_eq!(partition, ResponseError::InvalidRequest.code());
     assert_eq!(acked().await, 0, "nothing applied");
-    // Offset 2 was never acquired by this member.
-    let (_, partition) = acknowledge(&mut s, topic_id, 3, vec![ack_batch(2, 2, 1)]).await;
+    // Offset 5 was never acquired by this member.
+    let (_, partition) = acknowledge(&mut s, topic_id, 3, vec![ack_batch(5, 5, 1)]).await;
     assert_eq!(partition, ResponseError::InvalidRecordState.code());
     assert_eq!(acked().await, 0, "nothing applied");
     // The good one, applied once; accepting again is not.
@@ -663,6 +857,7 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
     let (_, partition) = acknowledge(&mut s, topic_id, 5, vec![ack_batch(0, 0, 1)]).await;
     assert_eq!(partition, ResponseError::InvalidRecordState.code());
     assert_eq!(acked().await, 2);
+    share_group_offsets_are_the_felix_groups_positions(&mut s, topic_id).await;
 
     // ShareGroupDescribe: the member, its subscription and assignment; after it leaves
     // (epoch -1) the group has no member here.

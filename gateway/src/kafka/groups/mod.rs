@@ -7,6 +7,9 @@
 //! * `commits.rs` — OffsetCommit and OffsetFetch: who may commit.
 //! * `offset_home.rs` — where committed offsets live: each partition's group journal, on
 //!   its leader (forwarded there from the coordinator).
+//! * `route.rs` — the route to a partition's leader, which holds the group journal.
+//! * `upgrade.rs` — offsets from before the group journals (a broker's old local log)
+//!   moved into them, at start-up and on first OffsetFetch.
 //! * `find.rs` — FindCoordinator: which broker coordinates a group.
 //! * `describe.rs` — ListGroups and DescribeGroups.
 //! * `delete.rs` — DeleteGroups: a group without members and its offsets.
@@ -18,6 +21,8 @@ mod describe;
 mod find;
 mod membership;
 mod offset_home;
+mod route;
+mod upgrade;
 
 pub use commits::{offset_commit, offset_fetch};
 pub use coordinator::GroupCoordinator;
@@ -25,3 +30,5 @@ pub use delete::delete_groups;
 pub use describe::{describe_groups, list_groups};
 pub use find::find_coordinator;
 pub use membership::{Caller, expire_members, heartbeat, join_group, leave_group, sync_group};
+pub(crate) use route::on_topic;
+pub(crate) use upgrade::move_old_offsets;

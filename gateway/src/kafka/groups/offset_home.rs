@@ -1,175 +1,30 @@
 //! Where a classic group's committed offsets are read and written: in the group journal of
 //! each partition's shard, on the shard's leader (`crate::groups::kafka_offsets`).
 //!
-//! Decides the route of an offset operation: a partition this broker leads is served here;
-//! one led by another broker is forwarded to that leader over the signed internal route,
-//! all of one topic's partitions it leads in one call, and is never forwarded again (a
-//! leader that lost the shard meanwhile refuses, and the client retries). The coordinator
-//! checked the client's grants before anything is routed.
+//! Decides what each offset operation asks of the partitions' leaders (reached through
+//! `route.rs`) and how their answers become Kafka's: a commit answered per partition, a
+//! fetch, a whole group's offsets, a delete. The coordinator checked the client's grants
+//! before anything is routed.
 //!
-//! Offsets committed before offsets moved into the journals are in the coordinator's local
-//! log (`<data_dir>/kafka/group-offsets`, [`crate::kafka::offsets`]), kept read-only: a
-//! partition whose journal holds no offset for the group is answered from it, and the first
-//! commit in the journal supersedes it. DeleteGroups deletes from both.
+//! Offsets committed before offsets moved into the journals were in the coordinator's local
+//! log (`<data_dir>/kafka/group-offsets`, [`crate::kafka::offsets`]); they are moved into
+//! the journals (`upgrade.rs`), and until then a partition whose journal holds no offset
+//! for the group has its old one moved before it is answered. DeleteGroups deletes from
+//! both.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
-use felix_wire::protocol::{ErrorBody, codes};
 use kafka_protocol::error::ResponseError;
-use tracing::{debug, warn};
+use tracing::warn;
 
-use crate::groups::kafka_offsets::{KafkaOffset, OffsetsCall, OffsetsOp, PATH, ShardOutcome};
+use super::route::{kafka_error, on_topic};
+use crate::groups::kafka_offsets::{KafkaOffset, OffsetsOp, ShardOutcome};
 use crate::kafka::Kafka;
 use crate::kafka::offsets::OffsetKey;
 use crate::kafka::scope::Scope;
 
 /// An operation's outcome on one partition.
 type Outcome = (i32, Result<Option<KafkaOffset>, ResponseError>);
-
-/// The Kafka error for a refusal from a partition's home: a topic or partition that does
-/// not exist (an ephemeral stream is no topic either) is the client's to fix; anything else
-/// (no leader now, a quorum not reached, a leader unreachable) is retried by Kafka clients
-/// after looking the coordinator up.
-fn kafka_error(e: &ErrorBody) -> ResponseError {
-    match e.code {
-        codes::UNKNOWN_STREAM | codes::UNKNOWN_SHARD | codes::UNKNOWN_NAMESPACE => {
-            ResponseError::UnknownTopicOrPartition
-        }
-        _ if e.reason == "ephemeral_stream" => ResponseError::UnknownTopicOrPartition,
-        _ => ResponseError::CoordinatorNotAvailable,
-    }
-}
-
-fn shards_of(op: &OffsetsOp) -> Vec<u32> {
-    match op {
-        OffsetsOp::Commit { offsets } => offsets.iter().map(|(s, _)| *s).collect(),
-        OffsetsOp::Fetch { shards, .. }
-        | OffsetsOp::Delete { shards }
-        | OffsetsOp::Follow { shards } => shards.clone(),
-    }
-}
-
-/// The part of `op` about `shards`.
-fn only(op: &OffsetsOp, shards: &[u32]) -> OffsetsOp {
-    match op {
-        OffsetsOp::Commit { offsets } => OffsetsOp::Commit {
-            offsets: offsets
-                .iter()
-                .filter(|(s, _)| shards.contains(s))
-                .cloned()
-                .collect(),
-        },
-        OffsetsOp::Fetch { only_existing, .. } => OffsetsOp::Fetch {
-            shards: shards.to_vec(),
-            only_existing: *only_existing,
-        },
-        OffsetsOp::Delete { .. } => OffsetsOp::Delete {
-            shards: shards.to_vec(),
-        },
-        OffsetsOp::Follow { .. } => OffsetsOp::Follow {
-            shards: shards.to_vec(),
-        },
-    }
-}
-
-/// Runs `op` on one topic's partitions for `group`: here where this broker leads, at the
-/// leader otherwise. One outcome per partition of `op`.
-async fn on_topic(
-    kafka: &Kafka,
-    scope: &Scope,
-    group: &str,
-    topic: &str,
-    op: OffsetsOp,
-) -> Vec<(u32, ShardOutcome)> {
-    let broker = &kafka.broker;
-    let call = OffsetsCall {
-        tenant: scope.tenant.clone(),
-        namespace: scope.namespace.clone(),
-        stream: topic.to_owned(),
-        group: group.to_owned(),
-        op,
-    };
-    let mut outcomes: BTreeMap<u32, ShardOutcome> = broker
-        .kafka_offsets_here(call.clone())
-        .await
-        .into_iter()
-        .collect();
-    let mut by_leader: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-    for (shard, outcome) in &outcomes {
-        if let Err(e) = outcome
-            && e.code == codes::NOT_LEADER
-            && let Some(leader) = e.leader
-        {
-            by_leader.entry(leader).or_default().push(*shard);
-        }
-    }
-    // Long enough for a Quorum commit at the leader.
-    let timeout = Duration::from_millis(broker.node.config.publish_quorum_timeout_ms)
-        + Duration::from_secs(5);
-    let forwards = by_leader.into_iter().map(|(leader, shards)| {
-        let call = OffsetsCall {
-            op: only(&call.op, &shards),
-            ..call.clone()
-        };
-        async move {
-            let unreachable = |why: String| {
-                ErrorBody::new(
-                    codes::SHARD_UNAVAILABLE,
-                    "leader_unreachable",
-                    format!("forwarding Kafka offsets to broker {leader}: {why}"),
-                )
-                .retry_after(500)
-            };
-            let Some(addr) = broker.node.internal_addr_of(leader) else {
-                let e = unreachable("no address known".into());
-                return shards.into_iter().map(|s| (s, Err(e.clone()))).collect();
-            };
-            let answer = broker
-                .node
-                .peers
-                .call(
-                    &addr,
-                    PATH,
-                    &call,
-                    timeout,
-                    crate::replication::transport::FetchError::Failed,
-                )
-                .await;
-            match answer.map(|a| serde_json::from_slice::<Vec<(u32, ShardOutcome)>>(&a.body)) {
-                Ok(Ok(answers)) => answers,
-                Ok(Err(e)) => {
-                    let e = unreachable(format!("unreadable answer: {e}"));
-                    shards.into_iter().map(|s| (s, Err(e.clone()))).collect()
-                }
-                Err(e) => {
-                    debug!(leader, error = %e, "forwarding Kafka offsets failed");
-                    let e = unreachable(e.to_string());
-                    shards
-                        .into_iter()
-                        .map(|s| (s, Err(e.clone())))
-                        .collect::<Vec<_>>()
-                }
-            }
-        }
-    });
-    for answers in futures::future::join_all(forwards).await {
-        outcomes.extend(answers);
-    }
-    shards_of(&call.op)
-        .into_iter()
-        .map(|s| {
-            let outcome = outcomes.remove(&s).unwrap_or_else(|| {
-                Err(ErrorBody::new(
-                    codes::INTERNAL,
-                    "internal",
-                    "no answer for a partition",
-                ))
-            });
-            (s, outcome)
-        })
-        .collect()
-}
 
 /// Splits partitions into shard numbers and refusals of negative indexes.
 fn shard_numbers(partitions: &[i32]) -> (Vec<u32>, Vec<Outcome>) {
@@ -227,8 +82,9 @@ pub(super) async fn commit(
     out
 }
 
-/// `group`'s committed offsets on partitions of `topic` (from the local log of offsets
-/// committed before the journals, where a journal has none).
+/// `group`'s committed offsets on partitions of `topic`. A partition whose journal holds
+/// none but whose offset from before the journals is still in the old local log has it
+/// moved into the journal first (`upgrade.rs`).
 pub(super) async fn fetch(
     kafka: &Kafka,
     scope: &Scope,
@@ -238,38 +94,39 @@ pub(super) async fn fetch(
     only_existing: bool,
 ) -> Vec<Outcome> {
     let (shards, mut out) = shard_numbers(partitions);
-    if !shards.is_empty() {
-        let op = OffsetsOp::Fetch {
-            shards,
-            only_existing,
-        };
-        let answers = on_topic(kafka, scope, group, topic, op).await;
-        for (p, r) in outcomes(answers, "fetch", group) {
-            let r = match r {
-                Ok(None) => Ok(legacy(kafka, scope, group, topic, p).await),
-                other => other,
-            };
-            out.push((p, r));
+    if shards.is_empty() {
+        return out;
+    }
+    let op = OffsetsOp::Fetch {
+        shards,
+        only_existing,
+    };
+    let answers = on_topic(kafka, scope, group, topic, op).await;
+    let mut old = BTreeMap::new();
+    for (p, r) in outcomes(answers, "fetch", group) {
+        if matches!(r, Ok(None))
+            && let Some(o) = kafka
+                .groups
+                .offsets
+                .get(&OffsetKey {
+                    tenant: scope.tenant.clone(),
+                    namespace: scope.namespace.clone(),
+                    group: group.to_owned(),
+                    topic: topic.to_owned(),
+                    partition: p,
+                })
+                .await
+        {
+            old.insert(p, o);
+            continue;
         }
+        out.push((p, r));
+    }
+    if !old.is_empty() {
+        let now = super::upgrade::move_partitions(kafka, scope, group, topic, &old).await;
+        out.extend(now.into_iter().map(|(p, o)| (p, Ok(Some(o)))));
     }
     out
-}
-
-async fn legacy(
-    kafka: &Kafka,
-    scope: &Scope,
-    group: &str,
-    topic: &str,
-    partition: i32,
-) -> Option<KafkaOffset> {
-    let key = OffsetKey {
-        tenant: scope.tenant.clone(),
-        namespace: scope.namespace.clone(),
-        group: group.to_owned(),
-        topic: topic.to_owned(),
-        partition,
-    };
-    kafka.groups.offsets.get(&key).await
 }
 
 /// The durable topics of the scope's namespace and their partition counts.

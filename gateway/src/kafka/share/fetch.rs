@@ -28,6 +28,7 @@ use uuid::Uuid;
 use super::acknowledge::{Batch, Target, apply, release_all};
 use super::session::{Held, Partition};
 use super::{sb, topic_by_id};
+use crate::groups::answers::MAX_ANSWER_RECORDS;
 use crate::groups::poll::{MAX_POLL_RECORDS, Poll};
 use crate::kafka::Kafka;
 use crate::kafka::errors::kafka_error;
@@ -238,6 +239,7 @@ async fn acquire(
                 max_records: (want.max_records - got).min(MAX_POLL_RECORDS as usize) as u32,
                 max_bytes: (want.max_bytes - bytes) as u64,
                 wait_ms: 0,
+                whole_batches: Some(MAX_ANSWER_RECORDS),
             };
             match kafka.broker.group_poll(&poll).await {
                 Ok(claimed) if !claimed.records.is_empty() => {

@@ -21,6 +21,7 @@
 //! * `fetch.rs` — ShareFetch: acknowledgements, then claims, long-polled.
 //! * `configs.rs` — a share group's configs (lock, delivery limit, start, dead letters)
 //!   through AlterConfigs on the group resource.
+//! * `offsets.rs` — DescribeShareGroupOffsets: the group's position on each partition.
 //!
 //! The invariant: a share consumer's request changes a record's state only through the
 //! groups module's operations (poll, ack, nack, reject), so every promise of
@@ -31,6 +32,7 @@ mod acknowledge;
 mod configs;
 mod fetch;
 mod membership;
+mod offsets;
 mod session;
 
 pub use acknowledge::share_acknowledge;
@@ -38,6 +40,7 @@ pub(crate) use configs::{GROUP_RESOURCES, alter_share_group};
 pub use fetch::share_fetch;
 pub(crate) use membership::{ShareMembers, expire_members};
 pub use membership::{share_group_describe, share_group_heartbeat};
+pub use offsets::describe_share_group_offsets;
 pub(crate) use session::ShareSessions;
 
 use kafka_protocol::protocol::StrBytes;
