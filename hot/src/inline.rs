@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::FsyncPolicy;
-use crate::queue::Request;
+use crate::queue::{Deferred, Request};
 use crate::shared::Shared;
 use crate::writer::{Writer, WriterLock};
 
@@ -57,19 +57,19 @@ pub(crate) fn may_defer(shared: &Shared) -> bool {
         && shared.write_gate.read().is_none()
 }
 
-impl Kick {
-    /// Writes the queue here if it may, else wakes the writer thread.
-    pub(crate) fn write_or_wake(self) {
+impl Deferred for Kick {
+    fn write_or_wake(self: Box<Self>) {
         if !self.write_here() {
             self.wake();
         }
     }
 
-    /// Leaves the queue to the writer thread.
-    pub(crate) fn wake(&self) {
+    fn wake(&self) {
         self.shared.work.notify_one();
     }
+}
 
+impl Kick {
     /// Whether the queue was written (here, or by whoever took it first).
     fn write_here(&self) -> bool {
         let Some(mut w) = self.writer.try_lock_for(LOCK_WAIT) else {

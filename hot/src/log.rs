@@ -285,10 +285,10 @@ impl ShardLog {
                     let mut appended = q.accept(batch, header, len, placement)?;
                     drop(q);
                     if defer && may_defer(shared) {
-                        appended.defer(Kick {
+                        appended.defer(Box::new(Kick {
                             writer: self.owner.writer.clone(),
                             shared: self.owner.shared.clone(),
-                        });
+                        }));
                     } else {
                         shared.work.notify_one();
                     }

@@ -17,7 +17,6 @@ use felix_wire::batch::{stamp_base_offset, stamp_partition_leader_epoch};
 use tokio::sync::oneshot;
 
 use crate::error::LogError;
-use crate::inline::Kick;
 
 pub(crate) enum Request {
     Append {
@@ -141,12 +140,22 @@ pub struct Appended {
     pub last_offset: u64,
     done: oneshot::Receiver<Result<(), LogError>>,
     /// A deferred append (`inline.rs`): nobody was woken to write it yet.
-    kick: Option<Kick>,
+    kick: Option<Box<dyn Deferred>>,
+}
+
+/// What a deferred append's ticket owes (implemented in `inline.rs`, which this module
+/// must not import: inline writes this queue's requests): whoever ends the ticket writes
+/// the queue or wakes the writer thread.
+pub(crate) trait Deferred: Send + Sync + std::fmt::Debug {
+    /// Writes the queue in the caller's thread if it may, else wakes the writer thread.
+    fn write_or_wake(self: Box<Self>);
+    /// Leaves the queue to the writer thread.
+    fn wake(&self);
 }
 
 impl Appended {
     /// Makes this ticket's holder responsible for having its append written.
-    pub(crate) fn defer(&mut self, kick: Kick) {
+    pub(crate) fn defer(&mut self, kick: Box<dyn Deferred>) {
         self.kick = Some(kick);
     }
 
