@@ -64,6 +64,21 @@ pub enum OffsetsOp {
     Follow { shards: Vec<u32> },
 }
 
+impl OffsetsOp {
+    /// The shards this operation names, in its order.
+    pub fn shards(&self) -> Vec<u32> {
+        match self {
+            OffsetsOp::Commit { offsets } | OffsetsOp::Adopt { offsets } => {
+                offsets.iter().map(|(s, _)| *s).collect()
+            }
+            OffsetsOp::Fetch { shards, .. }
+            | OffsetsOp::Delete { shards }
+            | OffsetsOp::Follow { shards }
+            | OffsetsOp::ShareStart { shards } => shards.clone(),
+        }
+    }
+}
+
 /// A forwarded operation on one group's offsets in one stream.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct OffsetsCall {
@@ -474,15 +489,7 @@ pub(crate) async fn serve(
     Json(call): Json<OffsetsCall>,
 ) -> Json<Vec<(u32, ShardOutcome)>> {
     let Some(broker) = slot.get().and_then(Weak::upgrade) else {
-        let shards: Vec<u32> = match &call.op {
-            OffsetsOp::Commit { offsets } | OffsetsOp::Adopt { offsets } => {
-                offsets.iter().map(|(s, _)| *s).collect()
-            }
-            OffsetsOp::Fetch { shards, .. }
-            | OffsetsOp::Delete { shards }
-            | OffsetsOp::Follow { shards }
-            | OffsetsOp::ShareStart { shards } => shards.clone(),
-        };
+        let shards = call.op.shards();
         let starting = err(
             codes::SHARD_UNAVAILABLE,
             "starting",

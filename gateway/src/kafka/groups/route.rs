@@ -33,18 +33,6 @@ pub(super) fn kafka_error(e: &ErrorBody) -> ResponseError {
     }
 }
 
-fn shards_of(op: &OffsetsOp) -> Vec<u32> {
-    match op {
-        OffsetsOp::Commit { offsets } | OffsetsOp::Adopt { offsets } => {
-            offsets.iter().map(|(s, _)| *s).collect()
-        }
-        OffsetsOp::Fetch { shards, .. }
-        | OffsetsOp::Delete { shards }
-        | OffsetsOp::Follow { shards }
-        | OffsetsOp::ShareStart { shards } => shards.clone(),
-    }
-}
-
 /// The part of `op` about `shards`.
 fn only(op: &OffsetsOp, shards: &[u32]) -> OffsetsOp {
     match op {
@@ -161,7 +149,8 @@ pub(crate) async fn on_topic(
     for answers in futures::future::join_all(forwards).await {
         outcomes.extend(answers);
     }
-    shards_of(&call.op)
+    call.op
+        .shards()
         .into_iter()
         .map(|s| {
             let outcome = outcomes.remove(&s).unwrap_or_else(|| {
