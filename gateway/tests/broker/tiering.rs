@@ -11,8 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,6 +21,7 @@ use felix_client::{
 use felix_cold::store::TierStore;
 use felix_testkit::s3server::S3Server;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::AbortHandle;
 
 use super::common::{
     Broker, BrokerOptions, PATIENCE, assert_contiguous, metric_lines, metric_value, read_until,
@@ -37,59 +37,66 @@ const SEGMENT_BYTES: u64 = 4096;
 /// resets every connection, new and open.
 struct Proxy {
     addr: SocketAddr,
-    down: Arc<AtomicBool>,
-    /// Bumped on every outage so open connections notice and close.
-    epoch: Arc<AtomicU64>,
+    links: Arc<Links>,
+}
+
+/// The proxy's switch and its open connections, under one lock so that an accept either
+/// sees the outage or is registered before [`Proxy::set_down`] sweeps.
+#[derive(Default)]
+struct Links {
+    state: Mutex<LinkState>,
+}
+
+#[derive(Default)]
+struct LinkState {
+    down: bool,
+    open: Vec<AbortHandle>,
 }
 
 impl Proxy {
     async fn start(target: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
-        let down = Arc::new(AtomicBool::new(false));
-        let epoch = Arc::new(AtomicU64::new(0));
-        let (d, e) = (down.clone(), epoch.clone());
+        let links = Arc::new(Links::default());
+        let shared = links.clone();
         tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
                     return;
                 };
-                if d.load(Ordering::Acquire) {
+                let mut state = shared.state.lock().expect("proxy state");
+                if state.down {
                     drop(client);
                     continue;
                 }
-                let (e, born) = (e.clone(), e.load(Ordering::Acquire));
-                tokio::spawn(async move {
+                state.open.retain(|link| !link.is_finished());
+                let link = tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(target).await else {
                         return;
                     };
                     let (mut cr, mut cw) = client.into_split();
                     let (mut sr, mut sw) = server.into_split();
-                    let copy = async {
-                        tokio::select! {
-                            _ = tokio::io::copy(&mut cr, &mut sw) => {}
-                            _ = tokio::io::copy(&mut sr, &mut cw) => {}
-                        }
-                    };
-                    let cut = async {
-                        while e.load(Ordering::Acquire) == born {
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                    };
                     tokio::select! {
-                        _ = copy => {}
-                        _ = cut => {}
+                        _ = tokio::io::copy(&mut cr, &mut sw) => {}
+                        _ = tokio::io::copy(&mut sr, &mut cw) => {}
                     }
                 });
+                state.open.push(link.abort_handle());
             }
         });
-        Proxy { addr, down, epoch }
+        Proxy { addr, links }
     }
 
+    /// Taking the store down aborts every open connection before returning: a request the
+    /// broker sends afterwards, even on a pooled connection, never reaches the server. (A
+    /// cut that polled for the outage let a delete sent within its interval through.)
     fn set_down(&self, down: bool) {
-        self.down.store(down, Ordering::Release);
+        let mut state = self.links.state.lock().expect("proxy state");
+        state.down = down;
         if down {
-            self.epoch.fetch_add(1, Ordering::AcqRel);
+            for link in state.open.drain(..) {
+                link.abort();
+            }
         }
     }
 }
