@@ -83,6 +83,17 @@ pub fn head_bytes_for(row_group_bytes: usize) -> u64 {
     rg.saturating_add(rg / 4)
 }
 
+/// How much may wait to be written to the disk tier. foyer drops an insertion, silently,
+/// while more than this is queued; at its default (16 MiB, about two decoded row groups) a
+/// cold replay that decodes faster than the disk writes loses row groups from the
+/// disk tier, and the next replay of the same history fetched them again. What waits is
+/// held anyway (the entries share their bytes with the memory tier and the readers), so the
+/// queue may hold what read-ahead can have in flight, bounded by a quarter of the disk tier.
+fn disk_queue_bytes(config: &CacheConfig) -> usize {
+    let want = config.read_ahead_bytes.max(64 << 20);
+    want.min(config.disk_bytes / 4).max(16 << 20) as usize
+}
+
 /// Counters since start.
 #[derive(Debug, Default)]
 pub struct CacheStats {
@@ -262,7 +273,12 @@ impl ColdCache {
             // blocks so there are still several to rotate through.
             let block = (config.disk_bytes / 8).clamp(1 << 20, 16 << 20) as usize;
             builder
-                .with_engine_config(BlockEngineConfig::new(device).with_block_size(block))
+                .with_engine_config(
+                    BlockEngineConfig::new(device)
+                        .with_block_size(block)
+                        .with_buffer_pool_size(2 * block)
+                        .with_submit_queue_size_threshold(disk_queue_bytes(&config)),
+                )
                 .build()
                 .await
         } else {
