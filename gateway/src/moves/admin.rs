@@ -138,7 +138,9 @@ fn moves(s: &MetaState) -> Vec<MoveInfo> {
                 shard: k.shard,
                 from: m.from,
                 to: m.to,
-                phase: if p.leader == Some(m.to) {
+                phase: if m.adds() {
+                    "adding"
+                } else if p.leader == Some(m.to) {
                     "handed_over"
                 } else {
                     "catching_up"
