@@ -6,14 +6,19 @@
 //! drain is answered once recorded; the shard's leader and the controller carry it out.
 //!
 //! Invariant: a refused request changes nothing, and a single node (no cluster) refuses
-//! every move, since there is nowhere to move to.
+//! every move, since there is nowhere to move to. The broker list, the moves under way and
+//! a rebalance plan are read after a linearizable read barrier, never from this broker's
+//! applied state alone: `felixctl` follows a move it just started by asking them, and a
+//! broker whose control-plane member lags the leader would otherwise answer "no move under
+//! way" for a move the leader already recorded (the rebalance then went on, or exited 0,
+//! with that move still running: issue 25).
 
 use felix_meta::model::{Command, MetaState, ShardKey};
 use felix_wire::moves::{ClusterRequest, ClusterResponse, MoveInfo};
 use felix_wire::protocol::{ErrorBody, codes};
 
 use crate::broker::Broker;
-use crate::errors::err;
+use crate::errors::{err, meta_error};
 use felix_meta::Applied;
 
 /// Answers one cluster operation.
@@ -24,7 +29,7 @@ pub(crate) async fn serve(
     let node = &broker.node;
     match request {
         ClusterRequest::ListBrokers {} => Ok(ClusterResponse::Brokers {
-            brokers: super::brokers::list(broker).await,
+            brokers: super::brokers::list(broker).await?,
         }),
         ClusterRequest::RemoveBroker { id } => {
             if !node.cluster {
@@ -34,12 +39,14 @@ pub(crate) async fn serve(
             Ok(ClusterResponse::Done {})
         }
         ClusterRequest::ListMoves {} => Ok(ClusterResponse::Moves {
-            moves: node.meta.local(moves),
+            moves: node.meta.read(moves).await.map_err(meta_error)?,
         }),
         ClusterRequest::PlanRebalance {} => Ok(ClusterResponse::Moves {
             moves: node
                 .meta
-                .local(felix_meta::rebalance::plan_rebalance)
+                .read(felix_meta::rebalance::plan_rebalance)
+                .await
+                .map_err(meta_error)?
                 .into_iter()
                 .map(|m| MoveInfo {
                     tenant: m.shard.tenant,
