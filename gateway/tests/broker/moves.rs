@@ -623,6 +623,15 @@ async fn shard_moves_and_drains_hold_publishes_and_lose_nothing() {
     // 9. Scaling in: a broker drained, stopped and removed for good.
     super::broker_ops::a_drained_and_stopped_broker_is_removed(&mut cluster, 5).await;
 
-    // 10. Scaling out: a broker with a new node id joins and takes its share of leaders.
+    // 10. Scaling out: a broker with a new node id joins (its join held, the broker killed
+    //     and restarted mid-way, then resumed) and takes its share of leaders at one
+    //     rebalance.
     super::broker_ops::a_new_broker_joins_and_takes_leaders(&mut cluster, "spread").await;
+
+    // 11. A move is listed by a broker that does not lead the control plane as soon as it
+    //     answered that it started it.
+    super::replica_sets::a_started_move_is_listed_at_once(&cluster, "spread").await;
+
+    // 12. A shard placed one replica short while a broker was down is topped up.
+    super::replica_sets::a_shard_placed_short_is_topped_up(&mut cluster).await;
 }
