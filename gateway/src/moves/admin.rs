@@ -7,11 +7,10 @@
 //!
 //! Invariant: a refused request changes nothing, and a single node (no cluster) refuses
 //! every move, since there is nowhere to move to. The broker list, the moves under way and
-//! a rebalance plan are read after a linearizable read barrier, never from this broker's
-//! applied state alone: `felixctl` follows a move it just started by asking them, and a
-//! broker whose control-plane member lags the leader would otherwise answer "no move under
-//! way" for a move the leader already recorded (the rebalance then went on, or exited 0,
-//! with that move still running: issue 25).
+//! a rebalance plan are read after a linearizable read barrier, not from this broker's copy
+//! of the control plane alone, which may lag the leader's: a plan is made from the
+//! placements as they are (a failover or a move the controller or another broker started a
+//! moment ago included), so its moves are not refused for a stale view.
 
 use felix_meta::model::{Command, MetaState, ShardKey};
 use felix_wire::moves::{ClusterRequest, ClusterResponse, MoveInfo};

@@ -56,7 +56,7 @@ pub(crate) async fn serve(
 }
 
 /// Every registered broker with what it leads and holds, and the hot bytes of each that
-/// answered. Read after a linearizable barrier (`admin.rs` says why).
+/// answered, as the control plane's leader has them (a linearizable read; `admin.rs`).
 pub(crate) async fn list(broker: &Broker) -> Result<Vec<BrokerInfo>, ErrorBody> {
     let node = &broker.node;
     let registered = node

@@ -1,80 +1,13 @@
-//! Keeping replica sets whole (docs/shard-moves.md): a move is listed by any broker the
-//! moment it is started, and a shard placed while brokers were down is topped up to its
-//! stream's replica count once they are back. Steps of the moves test, on its brokers.
+//! Keeping replica sets whole (docs/shard-moves.md): a shard placed while brokers were down
+//! is topped up to its stream's replica count once they are back. A step of the moves
+//! test, on its brokers.
 
 use std::time::Duration;
 
 use felix_client::{Message, StreamConfig};
-use serde_json::Value;
 
 use super::cluster::{Cluster, local_next_offset};
-use super::common::{PATIENCE, http_get};
-
-/// The control plane's leader, as broker `via` knows it.
-async fn meta_leader(cluster: &Cluster, via: usize) -> Option<u64> {
-    let (code, body) = http_get(cluster.brokers[via].internal_addr(), "/meta/status")
-        .await
-        .expect("meta status");
-    assert_eq!(code, 200, "{body}");
-    let status: Value = serde_json::from_str(&body).expect("status json");
-    status["leader"].as_u64()
-}
-
-/// A move started through a broker whose control-plane member is a follower is listed by
-/// that broker at once (or is already done there): `felixctl` follows a move by listing
-/// the moves, and a broker answering from its own applied state, a little behind the
-/// leader's, said "no move under way" for the move it had just recorded, so a rebalance
-/// went on (or exited) with its moves still running (issue 25). One follower replica of
-/// each shard of `stream` is moved, all at once.
-pub(super) async fn a_started_move_is_listed_at_once(cluster: &Cluster, stream: &str) {
-    let running: Vec<usize> = (0..cluster.brokers.len())
-        .filter(|i| cluster.brokers[*i].is_running())
-        .collect();
-    let leader = meta_leader(cluster, running[0]).await;
-    let via = *running
-        .iter()
-        .find(|i| Some(**i as u64 + 1) != leader)
-        .expect("a broker that does not lead the control plane");
-    let conn = cluster.brokers[via].client().await;
-    let topology = conn.topology("t", "ns", stream).await.expect("topology");
-    let live: Vec<u64> = running.iter().map(|i| *i as u64 + 1).collect();
-    for route in &topology.shards {
-        let from = *route
-            .replicas
-            .iter()
-            .find(|r| Some(**r) != route.leader)
-            .expect("a follower");
-        let Some(&to) = live.iter().find(|b| !route.replicas.contains(b)) else {
-            continue;
-        };
-        conn.move_shard("t", "ns", stream, route.shard, to, Some(from))
-            .await
-            .expect("start a move");
-        let listed = conn.list_moves().await.expect("list moves");
-        let under_way = listed
-            .iter()
-            .any(|m| m.stream == stream && m.shard == route.shard);
-        let now = conn.topology("t", "ns", stream).await.expect("topology");
-        let done = now
-            .shard(route.shard)
-            .is_some_and(|r| r.replicas.contains(&to) && !r.replicas.contains(&from));
-        assert!(
-            under_way || done,
-            "broker {} (not the control plane's leader, {leader:?}) neither lists the move of \
-             {stream} shard {} from {from} to {to} it just started nor shows it done: {listed:?}",
-            via + 1,
-            route.shard
-        );
-    }
-    let deadline = tokio::time::Instant::now() + 2 * PATIENCE;
-    while !conn.list_moves().await.is_ok_and(|m| m.is_empty()) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the moves did not end"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use super::common::PATIENCE;
 
 /// A Quorum stream asking for as many replicas as there are brokers is created while one
 /// broker is down, so its shard is placed on the others (one short); once that broker is

@@ -49,10 +49,10 @@ pub(crate) enum BrokerCommand {
 #[derive(Subcommand, Debug)]
 pub(crate) enum ClusterCommand {
     /// Evens out leaders, then replicas, over the live brokers: prints the plan, then makes
-    /// its moves four at a time, waiting for each batch. Exits 1 naming what is stuck if a
-    /// batch does not end within --wait, if a move was rolled back (its destination died),
-    /// or if leaders or replicas are still not within one of even afterwards (something
-    /// else moved them meanwhile, e.g. a failover).
+    /// its moves four at a time, waiting for each batch, and plans again (at most three
+    /// plans) if leaders or replicas changed meanwhile (e.g. a failover). Exits 1 naming what
+    /// is stuck if a batch does not end within --wait, if a move was rolled back (its
+    /// destination died), or if they are still not within one of even after three plans.
     Rebalance {
         /// Print the plan only.
         #[arg(long)]
@@ -67,6 +67,11 @@ pub(crate) enum ClusterCommand {
 
 /// Moves a rebalance starts at once.
 const REBALANCE_BATCH: usize = 4;
+
+/// Plans a rebalance makes at most: the first, then one more each time leaders or replicas
+/// changed under it (a failover, a drain) so that the first plan's moves no longer even
+/// them out.
+const REBALANCE_ROUNDS: usize = 3;
 
 pub(crate) async fn cluster_command(
     client: &Connection,
@@ -96,7 +101,73 @@ pub(crate) async fn cluster_command(
     if dry_run || plan.is_empty() {
         return Ok(0);
     }
-    let mut rest = plan.as_slice();
+    let mut plan = plan;
+    for round in 1..=REBALANCE_ROUNDS {
+        let code = make_moves(client, &plan, wait).await?;
+        if code != 0 {
+            return Ok(code);
+        }
+        // Every planned move was made, which leaves leaders and replicas within one of even
+        // unless something else moved them meanwhile (a failover of a leadership a move had
+        // just handed over, a drain): then plan again from where they are now.
+        let after = client
+            .plan_rebalance()
+            .await
+            .context("checking the rebalance's result")?;
+        if after.is_empty() {
+            println!(
+                "balanced: a new plan moves nothing (leaders and replicas within one of even \
+                 where zones allow)"
+            );
+            return Ok(0);
+        }
+        let brokers = client.list_brokers().await.context("listing brokers")?;
+        let counts: Vec<String> = brokers
+            .iter()
+            .map(|b| {
+                format!(
+                    "broker {}: {} leaders, {} replicas{}{}",
+                    b.id,
+                    b.leaders,
+                    b.replicas,
+                    if b.alive { "" } else { ", dead" },
+                    if b.draining { ", draining" } else { "" }
+                )
+            })
+            .collect();
+        if round == REBALANCE_ROUNDS {
+            eprintln!(
+                "not balanced after {round} rounds: leaders or replicas kept changing while \
+                 the moves ran (failovers? a drain?); {} more moves would be planned:",
+                after.len()
+            );
+            for c in &counts {
+                eprintln!("  {c}");
+            }
+            for m in &after {
+                eprintln!("  would move {}", describe(m));
+            }
+            return Ok(1);
+        }
+        println!(
+            "round {round} made its moves, but leaders or replicas changed meanwhile (a \
+             failover? a drain?); now {}; {} more moves planned:",
+            counts.join("; "),
+            after.len()
+        );
+        for m in &after {
+            println!("  {}", describe(m));
+        }
+        plan = after;
+    }
+    unreachable!("the last round returns")
+}
+
+/// Makes `plan`'s moves [`REBALANCE_BATCH`] at a time, waiting for each batch; 1 (with
+/// what is stuck printed) if a batch is still under way after `wait` or a move was rolled
+/// back.
+async fn make_moves(client: &Connection, plan: &[MoveInfo], wait: Duration) -> anyhow::Result<u8> {
+    let mut rest = plan;
     while !rest.is_empty() {
         // One move per shard at a time: a batch ends before a shard's second move.
         let mut batch: Vec<&MoveInfo> = Vec::new();
@@ -120,8 +191,6 @@ pub(crate) async fn cluster_command(
                 .await
                 .with_context(|| format!("moving {}", describe(m)))?;
         }
-        // The broker answers from a linearizable read, so a move it just recorded is listed
-        // until it ends (finished or rolled back).
         let code = follow(client, wait, |_, moves| {
             let left = batch
                 .iter()
@@ -169,38 +238,6 @@ pub(crate) async fn cluster_command(
             return Ok(1);
         }
     }
-    // Every planned move was made; the plan leaves leaders and replicas within one of even
-    // unless something else changed meanwhile (a failover, a drain): then say so.
-    let after = client
-        .plan_rebalance()
-        .await
-        .context("checking the rebalance's result")?;
-    if !after.is_empty() {
-        let brokers = client.list_brokers().await.context("listing brokers")?;
-        eprintln!(
-            "every planned move was made, but leaders or replicas changed meanwhile (a failover \
-             or a drain?) and are not within one of even; {} more moves would be planned \
-             (run `felixctl cluster rebalance` again):",
-            after.len()
-        );
-        for b in &brokers {
-            eprintln!(
-                "  broker {}: {} leaders, {} replicas{}{}",
-                b.id,
-                b.leaders,
-                b.replicas,
-                if b.alive { "" } else { ", dead" },
-                if b.draining { ", draining" } else { "" }
-            );
-        }
-        for m in &after {
-            eprintln!("  would move {}", describe(m));
-        }
-        return Ok(1);
-    }
-    println!(
-        "balanced: a new plan moves nothing (leaders and replicas within one of even where zones allow)"
-    );
     Ok(0)
 }
 
