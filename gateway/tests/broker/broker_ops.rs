@@ -205,6 +205,8 @@ pub(super) async fn a_new_broker_joins_and_takes_leaders(cluster: &mut Cluster, 
     // One rebalance evens leaders out (felixctl exits 1 if a move is not made, or if they are
     // still uneven after its moves).
     let out = run(&cluster.brokers[via], &["cluster", "rebalance"], b"").await;
+    // Whether it had to plan again (a leadership changed under it) shows here.
+    eprintln!("cluster rebalance onto broker {id}:\n{}", out.stdout);
     assert!(out.stdout.contains("moves planned"), "{}", out.stdout);
     assert!(out.stdout.contains("within one of even"), "{}", out.stdout);
     let leaders: Vec<(u64, u64)> = broker_list(cluster, via)
