@@ -205,8 +205,22 @@ pub(super) async fn a_new_broker_joins_and_takes_leaders(cluster: &mut Cluster, 
     // One rebalance evens leaders out (felixctl exits 1 if a move is not made, or if they are
     // still uneven after its moves).
     let out = run(&cluster.brokers[via], &["cluster", "rebalance"], b"").await;
-    // Whether it had to plan again (a leadership changed under it) shows here.
+    // Whether it had to plan again (a leadership changed under it) shows here, with what
+    // the control plane's controllers logged about liveness and leaders meanwhile.
     eprintln!("cluster rebalance onto broker {id}:\n{}", out.stdout);
+    if out.stdout.contains("changed meanwhile") {
+        for (i, b) in cluster.brokers.iter().enumerate() {
+            let log = std::fs::read_to_string(b.log_path()).unwrap_or_default();
+            for line in log.lines().filter(|l| {
+                l.contains("marked dead")
+                    || l.contains("marked alive")
+                    || l.contains("shard leader assigned")
+                    || l.contains("lease")
+            }) {
+                eprintln!("broker {}: {line}", i + 1);
+            }
+        }
+    }
     assert!(out.stdout.contains("moves planned"), "{}", out.stdout);
     assert!(out.stdout.contains("within one of even"), "{}", out.stdout);
     let leaders: Vec<(u64, u64)> = broker_list(cluster, via)
