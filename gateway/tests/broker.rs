@@ -50,5 +50,6 @@ mod broker {
     mod ordering;
     mod quotas;
     mod repair;
+    mod replica_sets;
     mod tiering;
 }

@@ -318,6 +318,9 @@ pub(crate) fn spawn(
                         Command::StartMove { shard, from, to } => {
                             info!(%shard, from, to, "shard move started (drain or replacement)");
                         }
+                        Command::AddReplica { shard, to } => {
+                            info!(%shard, to, "replica added to an under-replicated shard");
+                        }
                         Command::CancelMove { shard } => {
                             warn!(%shard, "shard move rolled back: its destination is down");
                         }
@@ -326,7 +329,9 @@ pub(crate) fn spawn(
                     Err(e)
                         if matches!(
                             cmd,
-                            Command::StartMove { .. } | Command::CancelMove { .. }
+                            Command::StartMove { .. }
+                                | Command::AddReplica { .. }
+                                | Command::CancelMove { .. }
                         ) =>
                     {
                         info!(command = ?cmd, error = %e, "shard move proposal refused")

@@ -12,7 +12,11 @@
 //! * every replica on a draining broker is moved to the live, non-draining broker that
 //!   holds none of that shard, in a zone its other replicas are not in if there is one,
 //!   and then holds the fewest replicas, at most [`MAX_MOVES`] moves at a
-//!   time across the cluster, so a drain does not flood the leaders with catch-up reads.
+//!   time across the cluster, so a drain does not flood the leaders with catch-up reads;
+//! * a shard holding fewer replicas than its stream asks for (placed while brokers were
+//!   down: a new shard goes on the live brokers only) whose leader is alive gets a replica
+//!   added on such a broker (`Command::AddReplica`), within the same limit, so it returns
+//!   to full replication once enough brokers are back.
 //!
 //! The invariant: the controller only proposes; the state machine (`model/moves.rs`)
 //! checks every step again, so a decision made on a stale view is refused, not applied.
@@ -46,7 +50,7 @@ pub fn plan_moves(
         .filter(|b| b.draining || (replace.contains(&b.id) && !alive.contains(&b.id)))
         .map(|b| b.id)
         .collect();
-    if draining.is_empty() || under_way >= MAX_MOVES {
+    if under_way >= MAX_MOVES {
         return commands;
     }
     // Replicas per candidate destination, counting the moves started in this plan.
@@ -65,6 +69,26 @@ pub fn plan_moves(
         // Followers first would leave leaderships for last; any order is correct, and
         // the placement order is stable on every node.
         let Some(&from) = p.replicas.iter().find(|b| draining.contains(b)) else {
+            // Under-replicated: topped up by its (live) leader, which copies to the new
+            // replica as to a move's destination.
+            let short = state
+                .wanted_replicas(key)
+                .is_some_and(|w| p.replicas.len() < w);
+            if short && p.leader.is_some_and(|l| alive.contains(&l)) {
+                let others = p.replicas.clone();
+                if let Some((&to, _)) = load
+                    .iter()
+                    .filter(|(b, _)| !p.replicas.contains(b))
+                    .min_by_key(|(b, n)| (state.shares_zone(**b, &others), **n, **b))
+                {
+                    *load.entry(to).or_default() += 1;
+                    under_way += 1;
+                    commands.push(Command::AddReplica {
+                        shard: key.clone(),
+                        to,
+                    });
+                }
+            }
             continue;
         };
         // A leader must be alive to hand its shard over.

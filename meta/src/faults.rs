@@ -13,7 +13,8 @@
 //! (after it was accepted), as a slow or hung disk would: what a write that outlasts the
 //! lease looks like. Held answers wait after a leader's write and before its answer is
 //! settled: what a pause between the two looks like. Held hand-overs wait with their fence
-//! up: what a slow control plane looks like to a shard move.
+//! up: what a slow control plane looks like to a shard move. Held promotions keep a joining
+//! broker a learner: what a restart in the middle of a join finds.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -89,6 +90,21 @@ impl Hold {
 }
 
 static ANSWERS: Hold = Hold::new();
+static PROMOTIONS_HELD: AtomicBool = AtomicBool::new(false);
+
+/// Refuses (`true`) the requests this node receives to promote a joining learner to a voter
+/// (`join.rs`), as unavailable, so the joiner keeps asking; or lets them through (`false`):
+/// holds a new broker between its `joining` marker and its vote, for a test to restart it
+/// there.
+pub fn set_promotions_held(held: bool) {
+    PROMOTIONS_HELD.store(held, Ordering::Release);
+    tracing::warn!(held, "fault injection: promotions to voter held changed");
+}
+
+/// Whether promotions are refused here (see [`set_promotions_held`]).
+pub fn promotions_held() -> bool {
+    PROMOTIONS_HELD.load(Ordering::Acquire)
+}
 static HANDOVERS: Hold = Hold::new();
 
 /// Holds this node's answers to publishes it wrote as leader (`true`), after the write and

@@ -234,6 +234,10 @@ impl MetaService for Service {
                     self.handle.change_voters(voters, true).await
                 }
                 MembershipChange::Join { id, addr } => self.handle.join_learner(id, addr).await,
+                // Fault injection only: the joiner is told to ask again, and stays a learner.
+                MembershipChange::Promote { .. } if crate::faults::promotions_held() => Err(
+                    MetaError::Stopped("promotions are held (fault injection)".to_owned()),
+                ),
                 MembershipChange::Promote { id } => self.handle.promote(id).await,
                 MembershipChange::Remove { id } => {
                     let m = self
@@ -403,9 +407,12 @@ impl MetaNode {
             stop_controller,
             local_addr,
         };
-        if has_state && dir.join(crate::join::JOINING_FILE).exists() {
+        if dir.join(crate::join::JOINING_FILE).exists() {
             // Restarted while joining a running group: ask again (both steps are no-ops
-            // once done) before voting.
+            // once done) before voting. Also without local state: the leader may have made
+            // this node a learner before anything reached its disk, and the group then
+            // lists it already, so the new-member check below would take it for a member
+            // catching up and it would stay a learner for good.
             node.finish_joining(&config, &advertised, &marker, has_state_flag);
         } else if has_state {
             if !had_marker {

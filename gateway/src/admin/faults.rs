@@ -47,6 +47,13 @@ const SWITCHES: &[Switch] = &[
         on: "held",
         off: "released",
     },
+    // Refuses requests to promote a joining broker to a voter, or lets them through.
+    Switch {
+        path: "/v1/faults/hold_promotions",
+        set: felix_meta::faults::set_promotions_held,
+        on: "held",
+        off: "released",
+    },
 ];
 
 /// `router` with a route for every switch.

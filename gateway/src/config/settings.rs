@@ -109,6 +109,10 @@ macro_rules! settings {
 
 settings! {
     /// This node's id: its broker id (in `HelloOk`) and its control-plane (Raft) member id.
+    /// A new id beside a running cluster (listed in `cluster` with the running members)
+    /// joins it by itself on the first start: a learner, then a voter once caught up; a
+    /// restart part-way resumes the join. An id the cluster has at another address is
+    /// refused at start.
     ///
     /// Default: `1`
     #[arg(env = "FELIX_NODE_ID", value_name = "ID")]
@@ -117,8 +121,10 @@ settings! {
     /// Every control-plane member's internal address, this node included:
     /// `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT` (in TOML, that string or a table).
     ///
-    /// Empty: a one-member group. Must contain `node_id`. See docs/control-plane.md for how a
-    /// group forms.
+    /// Empty: a one-member group. Must contain `node_id`. To scale out, start the new broker
+    /// with a new `node_id` and the running members plus itself here: it joins by itself
+    /// (the running members need not be restarted). See docs/control-plane.md for how a
+    /// group forms and grows.
     ///
     /// Default: empty
     #[arg(env = "FELIX_CLUSTER", value_name = "ID=HOST:PORT,...", value_parser = parse_cluster)]

@@ -85,7 +85,9 @@ impl Broker {
         name: &str,
         config: GroupConfig,
     ) -> Result<GroupInfo, ErrorBody> {
-        let group = self.group(tenant, namespace, stream, name)?;
+        let group = self
+            .group_confirmed(tenant, namespace, stream, name)
+            .await?;
         let mut settings = group.settings.clone();
         if let Some(v) = config.visibility_timeout_ms {
             settings.visibility_timeout_ms = v;
@@ -137,7 +139,9 @@ impl Broker {
         stream: &str,
         name: &str,
     ) -> Result<GroupInfo, ErrorBody> {
-        let group = self.group(tenant, namespace, stream, name)?;
+        let group = self
+            .group_confirmed(tenant, namespace, stream, name)
+            .await?;
         let (_, settings) = self.node.stream_settings(tenant, namespace, stream)?;
         let mut out = info(&group);
         for shard in 0..settings.shards {

@@ -85,7 +85,9 @@ impl Broker {
             }
             _ => {}
         }
-        let group = self.group(a.tenant, a.namespace, a.stream, a.group)?;
+        let group = self
+            .group_confirmed(a.tenant, a.namespace, a.stream, a.group)
+            .await?;
         let gs = self
             .group_shard(a.tenant, a.namespace, a.stream, a.shard)
             .await?;

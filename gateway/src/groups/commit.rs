@@ -43,7 +43,9 @@ impl Broker {
                 ),
             ));
         }
-        let group = self.group(c.tenant, c.namespace, c.stream, c.group)?;
+        let group = self
+            .group_confirmed(c.tenant, c.namespace, c.stream, c.group)
+            .await?;
         let gs = self
             .group_shard(c.tenant, c.namespace, c.stream, c.shard)
             .await?;

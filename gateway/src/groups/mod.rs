@@ -90,6 +90,31 @@ impl Broker {
             })
     }
 
+    /// [`Broker::group`], confirmed by a linearizable read of the control plane before a
+    /// group is called unknown: a group created through another broker a moment ago may
+    /// not have reached this broker's copy yet, and a client that was told the group exists
+    /// must not then be told it does not (seen in issue 25's moves test: a poll right after
+    /// `create_group` answered `unknown_group`).
+    pub(crate) async fn group_confirmed(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        stream: &str,
+        name: &str,
+    ) -> Result<Group, ErrorBody> {
+        let unknown = match self.group(tenant, namespace, stream, name) {
+            Err(e) if e.code == codes::UNKNOWN_GROUP => e,
+            known => return known,
+        };
+        let key = group_key(tenant, namespace, stream, name);
+        self.node
+            .meta
+            .read(|s| s.groups.get(&key).cloned())
+            .await
+            .map_err(crate::errors::meta_error)?
+            .ok_or(unknown)
+    }
+
     /// The groups of a shard this broker leads (opened on first use): on a replicated shard,
     /// the journal is taken over at the leader's generation first ([`recover`]).
     pub(crate) async fn group_shard(

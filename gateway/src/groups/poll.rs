@@ -101,7 +101,9 @@ impl Broker {
         }
         let until = Instant::now() + Duration::from_millis(p.wait_ms);
         loop {
-            let group = self.group(p.tenant, p.namespace, p.stream, p.group)?;
+            let group = self
+                .group_confirmed(p.tenant, p.namespace, p.stream, p.group)
+                .await?;
             let gs = self
                 .group_shard(p.tenant, p.namespace, p.stream, p.shard)
                 .await?;

@@ -6,14 +6,18 @@
 //! drain is answered once recorded; the shard's leader and the controller carry it out.
 //!
 //! Invariant: a refused request changes nothing, and a single node (no cluster) refuses
-//! every move, since there is nowhere to move to.
+//! every move, since there is nowhere to move to. The broker list, the moves under way and
+//! a rebalance plan are read after a linearizable read barrier, not from this broker's copy
+//! of the control plane alone, which may lag the leader's: a plan is made from the
+//! placements as they are (a failover or a move the controller or another broker started a
+//! moment ago included), so its moves are not refused for a stale view.
 
 use felix_meta::model::{Command, MetaState, ShardKey};
 use felix_wire::moves::{ClusterRequest, ClusterResponse, MoveInfo};
 use felix_wire::protocol::{ErrorBody, codes};
 
 use crate::broker::Broker;
-use crate::errors::err;
+use crate::errors::{err, meta_error};
 use felix_meta::Applied;
 
 /// Answers one cluster operation.
@@ -24,7 +28,7 @@ pub(crate) async fn serve(
     let node = &broker.node;
     match request {
         ClusterRequest::ListBrokers {} => Ok(ClusterResponse::Brokers {
-            brokers: super::brokers::list(broker).await,
+            brokers: super::brokers::list(broker).await?,
         }),
         ClusterRequest::RemoveBroker { id } => {
             if !node.cluster {
@@ -34,12 +38,14 @@ pub(crate) async fn serve(
             Ok(ClusterResponse::Done {})
         }
         ClusterRequest::ListMoves {} => Ok(ClusterResponse::Moves {
-            moves: node.meta.local(moves),
+            moves: node.meta.read(moves).await.map_err(meta_error)?,
         }),
         ClusterRequest::PlanRebalance {} => Ok(ClusterResponse::Moves {
             moves: node
                 .meta
-                .local(felix_meta::rebalance::plan_rebalance)
+                .read(felix_meta::rebalance::plan_rebalance)
+                .await
+                .map_err(meta_error)?
                 .into_iter()
                 .map(|m| MoveInfo {
                     tenant: m.shard.tenant,
@@ -138,7 +144,9 @@ fn moves(s: &MetaState) -> Vec<MoveInfo> {
                 shard: k.shard,
                 from: m.from,
                 to: m.to,
-                phase: if p.leader == Some(m.to) {
+                phase: if m.adds() {
+                    "adding"
+                } else if p.leader == Some(m.to) {
                     "handed_over"
                 } else {
                     "catching_up"

@@ -56,15 +56,19 @@ pub(crate) async fn serve(
 }
 
 /// Every registered broker with what it leads and holds, and the hot bytes of each that
-/// answered.
-pub(crate) async fn list(broker: &Broker) -> Vec<BrokerInfo> {
+/// answered, as the control plane's leader has them (a linearizable read; `admin.rs`).
+pub(crate) async fn list(broker: &Broker) -> Result<Vec<BrokerInfo>, ErrorBody> {
     let node = &broker.node;
-    let registered = node.meta.local(|s: &MetaState| {
-        s.brokers
-            .values()
-            .map(|b| (b.clone(), s.broker_load(b.id)))
-            .collect::<Vec<_>>()
-    });
+    let registered = node
+        .meta
+        .read(|s: &MetaState| {
+            s.brokers
+                .values()
+                .map(|b| (b.clone(), s.broker_load(b.id)))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(meta_error)?;
     let me = broker.broker_id();
     let asks = registered
         .into_iter()
@@ -99,7 +103,7 @@ pub(crate) async fn list(broker: &Broker) -> Vec<BrokerInfo> {
                 hot_bytes,
             }
         });
-    futures::future::join_all(asks).await
+    Ok(futures::future::join_all(asks).await)
 }
 
 /// Removes broker `id` from the registry and the control plane's members.

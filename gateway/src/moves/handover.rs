@@ -60,7 +60,9 @@ pub(crate) fn advance(node: &Weak<Node>, b: &Node, shard: &Arc<Shard>, generatio
         end.saturating_sub(to_end)
     };
     b.metrics.moves.saw(&shard.key, behind);
-    if m.from == me {
+    // The source leads and hands over; an addition (`m.adds()`) has no source.
+    let hands_over = m.from == me && !m.adds();
+    if hands_over {
         if behind > FENCE_WITHIN {
             return;
         }
@@ -73,7 +75,7 @@ pub(crate) fn advance(node: &Weak<Node>, b: &Node, shard: &Arc<Shard>, generatio
     let (node, shard) = (node.clone(), shard.clone());
     tokio::spawn(async move {
         let guard = StepGuard(repl.clone());
-        let outcome = if m.from == me {
+        let outcome = if hands_over {
             hand_over(&node, &shard, &repl, generation, m).await
         } else {
             finish(&node, &shard, &repl, generation, m).await
@@ -192,7 +194,11 @@ async fn finish(
         generation,
     };
     propose(&b, cmd).await?;
-    info!(shard = %shard.key, from = m.from, to = m.to, "shard move finished: the old replica left");
+    if m.adds() {
+        info!(shard = %shard.key, to = m.to, "replica added: the shard is fully replicated again");
+    } else {
+        info!(shard = %shard.key, from = m.from, to = m.to, "shard move finished: the old replica left");
+    }
     Ok(())
 }
 

@@ -330,6 +330,11 @@ impl Broker {
         })
     }
 
+    /// Whether the broker process was started and not killed since.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// SIGKILLs the broker and reaps it.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -21,8 +21,10 @@
 //! Afterwards every acknowledged record is read back at its offset, none twice, and each
 //! subscriber saw every offset exactly once. Last, a broker is drained (its files go while it
 //! runs), given a replica back, drained again, stopped and removed; then a broker with a new
-//! node id joins the control plane by itself and takes leaders at a rebalance
-//! (`broker_ops.rs`); every broker runs in one zone, which the broker list shows.
+//! node id joins the control plane by itself (killed and restarted mid-join, it resumes) and
+//! takes leaders at one rebalance (`broker_ops.rs`); every broker runs in one zone, which the
+//! broker list shows. Last, a stream created while a broker is dead is placed one replica
+//! short and topped up once it is back (`replica_sets.rs`).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -623,6 +625,11 @@ async fn shard_moves_and_drains_hold_publishes_and_lose_nothing() {
     // 9. Scaling in: a broker drained, stopped and removed for good.
     super::broker_ops::a_drained_and_stopped_broker_is_removed(&mut cluster, 5).await;
 
-    // 10. Scaling out: a broker with a new node id joins and takes its share of leaders.
+    // 10. Scaling out: a broker with a new node id joins (its join held, the broker killed
+    //     and restarted mid-way, then resumed) and takes its share of leaders at one
+    //     rebalance.
     super::broker_ops::a_new_broker_joins_and_takes_leaders(&mut cluster, "spread").await;
+
+    // 11. A shard placed one replica short while a broker was down is topped up.
+    super::replica_sets::a_shard_placed_short_is_topped_up(&mut cluster).await;
 }

@@ -282,6 +282,7 @@ impl MetaState {
                 name,
             } => self.delete_group(tenant, namespace, stream, name),
             Command::StartMove { .. }
+            | Command::AddReplica { .. }
             | Command::HandOver { .. }
             | Command::FinishMove { .. }
             | Command::CancelMove { .. }

@@ -219,6 +219,14 @@ pub enum Command {
         from: u64,
         to: u64,
     },
+    /// Tops up an under-replicated shard: `to` joins its replica set and catches up like a
+    /// move's destination, and nobody leaves (recorded as a move from `to` to itself,
+    /// [`ShardMove::adds`](super::ShardMove::adds)). Refused unless the shard holds fewer
+    /// replicas than its stream asks for, and while another move of it is under way.
+    AddReplica {
+        shard: ShardKey,
+        to: u64,
+    },
     /// The moving leader's hand-over at its fence: `to` leads generation `generation + 1`,
     /// which starts at `end` (the fenced leader's whole log, which `to` holds).
     HandOver {

@@ -12,6 +12,9 @@
 //! 3. [`Command::FinishMove`]: `from` leaves the replica set. [`Command::CancelMove`] instead
 //!    rolls a move back before its hand-over (`to` leaves).
 //!
+//! [`Command::AddReplica`] tops up a shard holding fewer replicas than its stream asks for
+//! (placed while brokers were down): step 1 without a source, then step 3 removing nobody.
+//!
 //! The invariants: a shard has at most one move at a time; a hand-over never starts a
 //! generation below the shard's quorum mark, and on a Quorum stream only hands the shard to
 //! a replica the last report counts in sync at the very end of the old leader's log; nothing
@@ -32,6 +35,7 @@ impl MetaState {
     pub(super) fn apply_move(&mut self, cmd: &Command) -> Result<Applied, CommandError> {
         match cmd {
             Command::StartMove { shard, from, to } => self.start_move(shard, *from, *to),
+            Command::AddReplica { shard, to } => self.add_replica(shard, *to),
             Command::HandOver {
                 shard,
                 generation,
@@ -196,7 +200,9 @@ impl MetaState {
         let Some(m) = p.moving else {
             return invalid(format!("{shard} has no move under way"));
         };
-        if p.leader == Some(m.from) {
+        // An addition has no source to hand over; its destination may lead already (a
+        // failover promoted it once recorded in sync), and it finishes all the same.
+        if !m.adds() && p.leader == Some(m.from) {
             return invalid(format!(
                 "{shard}: broker {} still leads; it hands over first",
                 m.from
@@ -210,12 +216,60 @@ impl MetaState {
             ));
         }
         let p = self.placements.get_mut(shard).expect("checked above");
-        p.replicas.retain(|b| *b != m.from);
         p.moving = None;
+        if m.adds() {
+            return Ok(Applied::Done);
+        }
+        p.replicas.retain(|b| *b != m.from);
         if let Some(r) = self.replication.get_mut(shard) {
             r.in_sync.remove(&m.from);
         }
         Ok(Applied::Done)
+    }
+
+    /// How many replicas `shard` should have: its stream's setting (one if ephemeral).
+    pub fn wanted_replicas(&self, shard: &ShardKey) -> Option<usize> {
+        self.streams
+            .get(&super::names::stream_key(
+                &shard.tenant,
+                &shard.namespace,
+                &shard.stream,
+            ))
+            .map(|s| super::placement::placed_replicas(&s.settings) as usize)
+    }
+
+    fn add_replica(&mut self, shard: &ShardKey, to: u64) -> Result<Applied, CommandError> {
+        self.require_shard(shard)?;
+        let wanted = self.wanted_replicas(shard).unwrap_or(0);
+        let p = self.placement_of(shard)?;
+        if let Some(m) = p.moving {
+            return Err(CommandError::MoveInProgress {
+                shard: shard.to_string(),
+                from: m.from,
+                to: m.to,
+            });
+        }
+        if p.replicas.len() >= wanted {
+            return invalid(format!(
+                "{shard} holds {} replicas, as many as its stream asks for",
+                p.replicas.len()
+            ));
+        }
+        if p.replicas.contains(&to) {
+            return invalid(format!("broker {to} already holds a replica of {shard}"));
+        }
+        match self.brokers.get(&to) {
+            None => return Err(missing("broker", to.to_string())),
+            Some(b) if !b.alive => return invalid(format!("broker {to} is not alive")),
+            Some(b) if b.draining => return invalid(format!("broker {to} is draining")),
+            Some(_) => {}
+        }
+        let p = self.placements.get_mut(shard).expect("checked above");
+        p.replicas.push(to);
+        p.moving = Some(ShardMove { from: to, to });
+        Ok(Applied::Generation {
+            generation: p.generation,
+        })
     }
 
     fn cancel_move(&mut self, shard: &ShardKey) -> Result<Applied, CommandError> {

@@ -70,11 +70,20 @@ pub struct Placement {
     pub moving: Option<ShardMove>,
 }
 
-/// One shard's replica moving from broker `from` to broker `to`.
+/// One shard's replica moving from broker `from` to broker `to`. A move from a broker to
+/// itself is an addition ([`ShardMove::adds`]): `to` joins and nobody leaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardMove {
     pub from: u64,
     pub to: u64,
+}
+
+impl ShardMove {
+    /// Whether this tops up an under-replicated shard (`Command::AddReplica`) rather than
+    /// moving a replica: there is no source, so no hand-over, and its end removes nobody.
+    pub fn adds(&self) -> bool {
+        self.from == self.to
+    }
 }
 
 /// The offset at which a leader generation began: the shard's quorum mark when the

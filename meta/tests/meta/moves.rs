@@ -410,3 +410,160 @@ fn a_rebalance_plan_spreads_leaders_and_replicas_onto_an_empty_broker_within_one
         "balanced: nothing more to do"
     );
 }
+
+#[test]
+fn a_shard_placed_short_while_a_broker_was_dead_is_topped_up_once_it_is_back() {
+    let mut s = state(&[1, 2, 3]);
+    let dead = Command::SetBrokerAlive {
+        id: 3,
+        alive: false,
+    };
+    ok(&mut s, dead);
+    create(&mut s, "q", Consistency::Quorum, 2);
+    let k = key("q", 0);
+    assert_eq!(
+        s.placements[&k].replicas.len(),
+        2,
+        "placed on the live brokers only"
+    );
+    // Nowhere to add it while broker 3 is dead.
+    let alive: BTreeSet<u64> = [1, 2].into();
+    assert!(plan_moves(&s, &alive, &BTreeSet::new()).is_empty());
+    let refused = s
+        .apply(&Command::AddReplica {
+            shard: k.clone(),
+            to: 3,
+        })
+        .unwrap_err();
+    assert!(refused.to_string().contains("not alive"), "{refused}");
+
+    ok(&mut s, Command::SetBrokerAlive { id: 3, alive: true });
+    let alive: BTreeSet<u64> = [1, 2, 3].into();
+    let plan = plan_moves(&s, &alive, &BTreeSet::new());
+    assert_eq!(
+        plan,
+        vec![
+            Command::AddReplica {
+                shard: k.clone(),
+                to: 3
+            },
+            Command::AddReplica {
+                shard: key("q", 1),
+                to: 3
+            },
+        ]
+    );
+    ok(&mut s, plan[0].clone());
+    let p = s.placements[&k].clone();
+    assert_eq!(p.replicas.len(), 3);
+    assert_eq!(p.moving, Some(ShardMove { from: 3, to: 3 }));
+    assert!(p.moving.is_some_and(|m| m.adds()));
+    assert_eq!(
+        p.voters().len(),
+        2,
+        "the new replica votes once it finished"
+    );
+    // One change at a time, and never past the stream's count.
+    assert!(matches!(
+        s.apply(&plan[0]),
+        Err(CommandError::MoveInProgress { .. })
+    ));
+    // A Quorum shard's addition finishes once the new replica is recorded in sync; nobody
+    // leaves.
+    let finish = Command::FinishMove {
+        shard: k.clone(),
+        generation: p.generation,
+    };
+    ok(
+        &mut s,
+        Command::ReportReplicas {
+            shard: k.clone(),
+            generation: p.generation,
+            committed: 10,
+            in_sync: [1, 2].into(),
+        },
+    );
+    assert!(s.apply(&finish).is_err(), "not in sync yet");
+    ok(
+        &mut s,
+        Command::ReportReplicas {
+            shard: k.clone(),
+            generation: p.generation,
+            committed: 10,
+            in_sync: [1, 2, 3].into(),
+        },
+    );
+    ok(&mut s, finish);
+    let done = s.placements[&k].clone();
+    assert_eq!(done.replicas.len(), 3, "nobody left: {:?}", done.replicas);
+    assert_eq!(done.moving, None);
+    assert_eq!(done.voters().len(), 3);
+    let full = s
+        .apply(&Command::AddReplica {
+            shard: k.clone(),
+            to: 4,
+        })
+        .unwrap_err();
+    assert!(full.to_string().contains("as many as"), "{full}");
+    // The other shard is still short; the fully replicated one is not planned again.
+    let plan = plan_moves(&s, &alive, &BTreeSet::new());
+    assert_eq!(
+        plan,
+        vec![Command::AddReplica {
+            shard: key("q", 1),
+            to: 3
+        }]
+    );
+}
+
+#[test]
+fn an_addition_whose_new_replica_was_promoted_still_finishes() {
+    let mut s = state(&[1, 2, 3]);
+    ok(
+        &mut s,
+        Command::SetBrokerAlive {
+            id: 3,
+            alive: false,
+        },
+    );
+    create(&mut s, "q", Consistency::Quorum, 1);
+    ok(&mut s, Command::SetBrokerAlive { id: 3, alive: true });
+    let k = key("q", 0);
+    ok(
+        &mut s,
+        Command::AddReplica {
+            shard: k.clone(),
+            to: 3,
+        },
+    );
+    let p = s.placements[&k].clone();
+    ok(
+        &mut s,
+        Command::ReportReplicas {
+            shard: k.clone(),
+            generation: p.generation,
+            committed: 5,
+            in_sync: [1, 2, 3].into(),
+        },
+    );
+    // The leader dies; failover promotes the new replica (in sync, recorded).
+    ok(
+        &mut s,
+        Command::SetPlacement {
+            shard: k.clone(),
+            replicas: p.replicas.clone(),
+            leader: Some(3),
+        },
+    );
+    let g = s.placements[&k].generation;
+    ok(
+        &mut s,
+        Command::FinishMove {
+            shard: k.clone(),
+            generation: g,
+        },
+    );
+    let done = s.placements[&k].clone();
+    assert_eq!(done.replicas.len(), 3);
+    assert_eq!(done.moving, None);
+}

@@ -49,7 +49,10 @@ pub(crate) enum BrokerCommand {
 #[derive(Subcommand, Debug)]
 pub(crate) enum ClusterCommand {
     /// Evens out leaders, then replicas, over the live brokers: prints the plan, then makes
-    /// its moves four at a time, waiting for each batch.
+    /// its moves four at a time, waiting for each batch, and plans again (at most three
+    /// plans) if leaders or replicas changed meanwhile (e.g. a failover). Exits 1 naming what
+    /// is stuck if a batch does not end within --wait, if a move was rolled back (its
+    /// destination died), or if they are still not within one of even after three plans.
     Rebalance {
         /// Print the plan only.
         #[arg(long)]
@@ -64,6 +67,11 @@ pub(crate) enum ClusterCommand {
 
 /// Moves a rebalance starts at once.
 const REBALANCE_BATCH: usize = 4;
+
+/// Plans a rebalance makes at most: the first, then one more each time leaders or replicas
+/// changed under it (a failover, a drain) so that the first plan's moves no longer even
+/// them out.
+const REBALANCE_ROUNDS: usize = 3;
 
 pub(crate) async fn cluster_command(
     client: &Connection,
@@ -93,18 +101,78 @@ pub(crate) async fn cluster_command(
     if dry_run || plan.is_empty() {
         return Ok(0);
     }
-    let mut rest = plan.as_slice();
+    let mut plan = plan;
+    for round in 1..=REBALANCE_ROUNDS {
+        let code = make_moves(client, &plan, wait).await?;
+        if code != 0 {
+            return Ok(code);
+        }
+        // Every planned move was made, which leaves leaders and replicas within one of even
+        // unless something else moved them meanwhile (a failover of a leadership a move had
+        // just handed over, a drain): then plan again from where they are now.
+        let after = client
+            .plan_rebalance()
+            .await
+            .context("checking the rebalance's result")?;
+        if after.is_empty() {
+            println!(
+                "balanced: a new plan moves nothing (leaders and replicas within one of even \
+                 where zones allow)"
+            );
+            return Ok(0);
+        }
+        let brokers = client.list_brokers().await.context("listing brokers")?;
+        let counts: Vec<String> = brokers
+            .iter()
+            .map(|b| {
+                format!(
+                    "broker {}: {} leaders, {} replicas{}{}",
+                    b.id,
+                    b.leaders,
+                    b.replicas,
+                    if b.alive { "" } else { ", dead" },
+                    if b.draining { ", draining" } else { "" }
+                )
+            })
+            .collect();
+        if round == REBALANCE_ROUNDS {
+            eprintln!(
+                "not balanced after {round} rounds: leaders or replicas kept changing while \
+                 the moves ran (failovers? a drain?); {} more moves would be planned:",
+                after.len()
+            );
+            for c in &counts {
+                eprintln!("  {c}");
+            }
+            for m in &after {
+                eprintln!("  would move {}", describe(m));
+            }
+            return Ok(1);
+        }
+        println!(
+            "round {round} made its moves, but leaders or replicas changed meanwhile (a \
+             failover? a drain?); now {}; {} more moves planned:",
+            counts.join("; "),
+            after.len()
+        );
+        for m in &after {
+            println!("  {}", describe(m));
+        }
+        plan = after;
+    }
+    unreachable!("the last round returns")
+}
+
+/// Makes `plan`'s moves [`REBALANCE_BATCH`] at a time, waiting for each batch; 1 (with
+/// what is stuck printed) if a batch is still under way after `wait` or a move was rolled
+/// back.
+async fn make_moves(client: &Connection, plan: &[MoveInfo], wait: Duration) -> anyhow::Result<u8> {
+    let mut rest = plan;
     while !rest.is_empty() {
         // One move per shard at a time: a batch ends before a shard's second move.
         let mut batch: Vec<&MoveInfo> = Vec::new();
         for m in rest {
-            let same = |b: &&MoveInfo| {
-                b.tenant == m.tenant
-                    && b.namespace == m.namespace
-                    && b.stream == m.stream
-                    && b.shard == m.shard
-            };
-            if batch.len() == REBALANCE_BATCH || batch.iter().any(same) {
+            if batch.len() == REBALANCE_BATCH || batch.iter().any(|b| same_shard(b, m)) {
                 break;
             }
             batch.push(m);
@@ -121,24 +189,12 @@ pub(crate) async fn cluster_command(
                     Some(m.from),
                 )
                 .await
-                .with_context(|| {
-                    format!(
-                        "moving {}/{}/{} shard {} from broker {} to broker {}",
-                        m.tenant, m.namespace, m.stream, m.shard, m.from, m.to
-                    )
-                })?;
+                .with_context(|| format!("moving {}", describe(m)))?;
         }
         let code = follow(client, wait, |_, moves| {
             let left = batch
                 .iter()
-                .filter(|m| {
-                    moves.iter().any(|u| {
-                        u.tenant == m.tenant
-                            && u.namespace == m.namespace
-                            && u.stream == m.stream
-                            && u.shard == m.shard
-                    })
-                })
+                .filter(|m| moves.iter().any(|u| same_shard(u, m)))
                 .count();
             println!(
                 "{left} of a batch of {} moves under way; {} more planned",
@@ -151,8 +207,50 @@ pub(crate) async fn cluster_command(
         if code != 0 {
             return Ok(code);
         }
+        // Ended is not done: a move whose destination died was rolled back.
+        let mut failed = Vec::new();
+        for m in &batch {
+            let t = client
+                .topology(&m.tenant, &m.namespace, &m.stream)
+                .await
+                .with_context(|| format!("checking {}", describe(m)))?;
+            let route = t.shard(m.shard);
+            let made =
+                route.is_some_and(|r| r.replicas.contains(&m.to) && !r.replicas.contains(&m.from));
+            if !made {
+                failed.push(format!(
+                    "{}: not made (replicas now {:?}, leader {:?}); rolled back, its destination \
+                     probably died",
+                    describe(m),
+                    route.map(|r| r.replicas.clone()).unwrap_or_default(),
+                    route.and_then(|r| r.leader)
+                ));
+            }
+        }
+        if !failed.is_empty() {
+            eprintln!(
+                "rebalance stopped: {} of its moves did not happen:",
+                failed.len()
+            );
+            for f in &failed {
+                eprintln!("  {f}");
+            }
+            return Ok(1);
+        }
     }
     Ok(0)
+}
+
+/// Whether two moves are of the same shard.
+fn same_shard(a: &MoveInfo, b: &MoveInfo) -> bool {
+    a.tenant == b.tenant && a.namespace == b.namespace && a.stream == b.stream && a.shard == b.shard
+}
+
+fn describe(m: &MoveInfo) -> String {
+    format!(
+        "{}/{}/{} shard {} from broker {} to broker {}",
+        m.tenant, m.namespace, m.stream, m.shard, m.from, m.to
+    )
 }
 
 #[derive(Subcommand, Debug)]
@@ -285,10 +383,30 @@ async fn follow(
     mut done: impl FnMut(&[BrokerInfo], &[MoveInfo]) -> Option<()>,
 ) -> anyhow::Result<u8> {
     let deadline = Instant::now() + wait;
+    let mut moves = Vec::new();
     loop {
-        let brokers = client.list_brokers().await.context("listing brokers")?;
-        let moves = client.list_moves().await.context("listing moves")?;
-        if done(&brokers, &moves).is_some() {
+        // Read linearizably by the broker: an answer may be refused while the control plane
+        // elects a leader, which is asked again until the deadline.
+        let read = async {
+            anyhow::Ok((
+                client.list_brokers().await.context("listing brokers")?,
+                client.list_moves().await.context("listing moves")?,
+            ))
+        };
+        let brokers = match read.await {
+            Ok((brokers, now)) => {
+                moves = now;
+                Some(brokers)
+            }
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("{e:#}; asking again");
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        if let Some(brokers) = brokers
+            && done(&brokers, &moves).is_some()
+        {
             println!("done");
             return Ok(0);
         }
