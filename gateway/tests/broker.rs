@@ -41,6 +41,7 @@ mod broker {
     mod kafka_clients;
     mod kafka_group_failover;
     mod kafka_share;
+    mod kafka_share_offsets;
     mod leases;
     mod limits;
     mod metrics_formats;

@@ -140,9 +140,10 @@ pub(crate) enum Event {
     Snapshot {
         progress: Progress,
     },
-    /// The shard's log ends at `to` on a new leader (a Leader stream's failover lost the
-    /// records the old leader had past it): those offsets will hold other records, which
-    /// this group has not seen.
+    /// The group has seen nothing at or past `to`: the shard's log ends at `to` on a new
+    /// leader (a Leader stream's failover lost the records the old leader had past it, and
+    /// those offsets will hold other records), or a Kafka share group's start offset was
+    /// altered back to `to` (followed by a `Skip` to it: `share_positions.rs`).
     Rewind {
         to: u64,
     },

@@ -60,6 +60,12 @@ pub enum OffsetsOp {
     /// offset: everything below it retired), answered in `offset`; none where the group
     /// does not exist or has not started on the shard.
     ShareStart { shards: Vec<u32> },
+    /// Move each shard's position of the Felix group to the offset given (a Kafka share
+    /// group's start offset altered), answered in `offset`.
+    ShareSeek { offsets: Vec<(u32, u64)> },
+    /// Forget the Felix group's progress on each shard (a Kafka share group's offsets
+    /// deleted); answers the position it had, none where it had not started.
+    ShareForget { shards: Vec<u32> },
     /// A replica: follow these shards' journals (they hold Kafka offsets now).
     Follow { shards: Vec<u32> },
 }
@@ -71,10 +77,12 @@ impl OffsetsOp {
             OffsetsOp::Commit { offsets } | OffsetsOp::Adopt { offsets } => {
                 offsets.iter().map(|(s, _)| *s).collect()
             }
+            OffsetsOp::ShareSeek { offsets } => offsets.iter().map(|(s, _)| *s).collect(),
             OffsetsOp::Fetch { shards, .. }
             | OffsetsOp::Delete { shards }
             | OffsetsOp::Follow { shards }
-            | OffsetsOp::ShareStart { shards } => shards.clone(),
+            | OffsetsOp::ShareStart { shards }
+            | OffsetsOp::ShareForget { shards } => shards.clone(),
         }
     }
 }
@@ -242,43 +250,6 @@ impl Broker {
             (shard, outcome.await)
         });
         futures::future::join_all(adopts).await
-    }
-
-    /// The position of the Felix group `group` on shards of one stream this broker leads,
-    /// as a Kafka share group's start offset (`OffsetsOp::ShareStart`).
-    pub(crate) async fn share_start_offsets(
-        &self,
-        stream: (&str, &str, &str),
-        group: &str,
-        shards: Vec<u32>,
-    ) -> Vec<(u32, ShardOutcome)> {
-        let (t, n, s) = stream;
-        let Ok(g) = self.group(t, n, s, group) else {
-            return shards.into_iter().map(|shard| (shard, Ok(None))).collect();
-        };
-        let mut out = Vec::with_capacity(shards.len());
-        for shard in shards {
-            let outcome = async {
-                let gs = self.group_shard(t, n, s, shard).await?;
-                // Looked at, not created: describing a group does not start it here.
-                let cursor = gs.cursors.lock().get(&g.name).cloned();
-                let Some(cursor) = cursor else {
-                    return Ok(None);
-                };
-                let c = cursor.lock().await;
-                if c.id != g.id || c.progress.next.is_none() {
-                    return Ok(None);
-                }
-                Ok(Some(KafkaOffset {
-                    offset: c.position() as i64,
-                    leader_epoch: -1,
-                    metadata: None,
-                    commit_ms: 0,
-                }))
-            };
-            out.push((shard, outcome.await));
-        }
-        out
     }
 
     /// `group`'s offsets on shards of one stream this broker leads.
@@ -461,6 +432,10 @@ impl Broker {
             }
             OffsetsOp::ShareStart { shards } => {
                 self.share_start_offsets(stream, &call.group, shards).await
+            }
+            OffsetsOp::ShareSeek { offsets } => self.share_seek(stream, &call.group, offsets).await,
+            OffsetsOp::ShareForget { shards } => {
+                self.share_forget(stream, &call.group, shards).await
             }
             OffsetsOp::Follow { shards } => {
                 let mut out = Vec::with_capacity(shards.len());

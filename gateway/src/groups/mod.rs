@@ -21,6 +21,8 @@
 //! * [`metrics`] — the per-group metrics.
 //! * [`kafka_offsets`] — Kafka classic groups' committed offsets, in the same journal
 //!   (`kafka_journal.rs`: their records).
+//! * `share_positions.rs` — a Kafka share group's start offsets: described, altered,
+//!   deleted, as the Felix group's positions.
 //!
 //! Invariant: a group's progress on a shard is changed only by the broker leading the
 //! shard, under that group's lock, and every change is in the shard's group journal (on a
@@ -46,6 +48,7 @@ pub(crate) mod registry;
 pub(crate) mod replica;
 pub(crate) mod replica_state;
 pub mod requests;
+pub(crate) mod share_positions;
 pub mod sweep;
 
 mod admin;

@@ -51,6 +51,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareFetch, 1, 1),
     (ApiKey::ShareAcknowledge, 1, 1),
     (ApiKey::DescribeShareGroupOffsets, 0, 0),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
 ];
 
 /// The versions of `key` this listener serves, if any.
@@ -283,6 +285,8 @@ mod tests {
             ApiKey::ShareFetch => body!(ShareFetchRequest),
             ApiKey::ShareAcknowledge => body!(ShareAcknowledgeRequest),
             ApiKey::DescribeShareGroupOffsets => body!(DescribeShareGroupOffsetsRequest),
+            ApiKey::AlterShareGroupOffsets => body!(AlterShareGroupOffsetsRequest),
+            ApiKey::DeleteShareGroupOffsets => body!(DeleteShareGroupOffsetsRequest),
             _ => Ok(()),
         }
     }

@@ -396,6 +396,12 @@ async fn serve_request(
         ApiKey::DescribeShareGroupOffsets => serve!(DescribeShareGroupOffsetsRequest, |r| {
             share::describe_share_group_offsets(kafka, scope, r).await
         }),
+        ApiKey::AlterShareGroupOffsets => serve!(AlterShareGroupOffsetsRequest, |r| {
+            share::alter_share_group_offsets(kafka, scope, r).await
+        }),
+        ApiKey::DeleteShareGroupOffsets => serve!(DeleteShareGroupOffsetsRequest, |r| {
+            share::delete_share_group_offsets(kafka, scope, r).await
+        }),
         ApiKey::Metadata => serve!(MetadataRequest, |r| topics::metadata(
             kafka, scope, r, version, advertised
         )

@@ -81,6 +81,8 @@ fn request_frame(key: ApiKey, version: i16, correlation: i32, body: bool) -> Vec
         ApiKey::ShareFetch => body!(ShareFetchRequest),
         ApiKey::ShareAcknowledge => body!(ShareAcknowledgeRequest),
         ApiKey::DescribeShareGroupOffsets => body!(DescribeShareGroupOffsetsRequest),
+        ApiKey::AlterShareGroupOffsets => body!(AlterShareGroupOffsetsRequest),
+        ApiKey::DeleteShareGroupOffsets => body!(DeleteShareGroupOffsetsRequest),
         other => panic!("{other:?} is advertised: add its request here"),
     };
     encoded.unwrap_or_else(|e| panic!("encode {key:?} v{version}: {e}"));
@@ -134,6 +136,8 @@ fn decodes_as(key: ApiKey, version: i16, mut body: Bytes) -> Result<(), String> 
         ApiKey::ShareFetch => response!(ShareFetchResponse),
         ApiKey::ShareAcknowledge => response!(ShareAcknowledgeResponse),
         ApiKey::DescribeShareGroupOffsets => response!(DescribeShareGroupOffsetsResponse),
+        ApiKey::AlterShareGroupOffsets => response!(AlterShareGroupOffsetsResponse),
+        ApiKey::DeleteShareGroupOffsets => response!(DeleteShareGroupOffsetsResponse),
         other => Err(format!(
             "{other:?} is advertised but this test cannot decode its answer: add it here"
         )),

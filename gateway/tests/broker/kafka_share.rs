@@ -38,10 +38,10 @@ use super::common::{Broker, BrokerOptions};
 use super::kafka::python_script;
 
 /// The Kafka listener's tenant and namespace.
-const TENANT: &str = "default";
-const NS: &str = "default";
+pub(super) const TENANT: &str = "default";
+pub(super) const NS: &str = "default";
 
-async fn topic(conn: &Connection, name: &str, partitions: u32) {
+pub(super) async fn topic(conn: &Connection, name: &str, partitions: u32) {
     conn.create_stream(
         TENANT,
         NS,
@@ -58,7 +58,7 @@ async fn topic(conn: &Connection, name: &str, partitions: u32) {
 
 /// The Felix group a share group is, created beforehand with its lock, delivery limit and
 /// dead-letter stream (what `felixctl group create` does).
-async fn share_group(
+pub(super) async fn share_group(
     client: &Client,
     topic: &str,
     group: &str,
@@ -101,6 +101,10 @@ async fn kafka_share_groups_on_one_broker() {
         .await;
     bad_share_requests_get_kafka_codes_and_change_nothing(&broker, both).await;
     a_batch_too_large_for_one_acknowledgement_is_acquired_up_to_max_records(&broker, both).await;
+    super::kafka_share_offsets::share_group_offsets_are_altered_and_deleted_only_while_the_group_is_empty(
+        &broker, both,
+    )
+    .await;
 }
 
 /// Two `ShareConsumer`s in explicit mode, started before 1,000 records are sent, split
@@ -669,7 +673,12 @@ async fn describe_raw(s: &mut tokio::net::TcpStream) -> DescribedGroup {
 
 /// One request on a raw Kafka connection, encoded and decoded with `kafka-protocol` (what a
 /// client that sends bad input would send; confluent-kafka never does).
-async fn call<Req, Resp>(s: &mut tokio::net::TcpStream, key: ApiKey, version: i16, r: &Req) -> Resp
+pub(super) async fn call<Req, Resp>(
+    s: &mut tokio::net::TcpStream,
+    key: ApiKey,
+    version: i16,
+    r: &Req,
+) -> Resp
 where
     Req: Encodable,
     Resp: Decodable + HeaderVersion,

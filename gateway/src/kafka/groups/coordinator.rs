@@ -142,6 +142,8 @@ impl Group {
 pub struct GroupCoordinator {
     pub(super) groups: Mutex<HashMap<String, Group>>,
     pub(super) offsets: CommittedOffsets,
+    /// Moves of old offsets and DeleteGroups, one at a time per group (`upgrade.rs`).
+    pub(super) serial: super::upgrade::GroupSerial,
     pub(super) next_member: AtomicU64,
 }
 
@@ -157,6 +159,7 @@ impl GroupCoordinator {
         GroupCoordinator {
             groups: Mutex::new(HashMap::new()),
             offsets,
+            serial: Default::default(),
             next_member: AtomicU64::new(0),
         }
     }

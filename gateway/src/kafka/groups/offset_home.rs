@@ -123,8 +123,9 @@ pub(super) async fn fetch(
         out.push((p, r));
     }
     if !old.is_empty() {
-        let now = super::upgrade::move_partitions(kafka, scope, group, topic, &old).await;
-        out.extend(now.into_iter().map(|(p, o)| (p, Ok(Some(o)))));
+        let mut now = super::upgrade::move_partitions(kafka, scope, group, topic, &old).await;
+        // A partition left out was deleted meanwhile: it has no offset.
+        out.extend(old.keys().map(|p| (*p, Ok(now.remove(p)))));
     }
     out
 }
@@ -178,35 +179,36 @@ pub(super) async fn fetch_all(
     Ok(out)
 }
 
-/// Deletes every committed offset of `group` in the namespace: how many there were.
+/// Deletes every committed offset of `group` in the namespace: how many there were. Runs
+/// under the group's lock, so no move of an old offset (`upgrade.rs`) interleaves.
 pub(super) async fn delete(
     kafka: &Kafka,
     scope: &Scope,
     group: &str,
 ) -> Result<usize, ResponseError> {
-    let mut deleted = 0;
-    for (topic, shards) in topics(kafka, scope) {
-        let op = OffsetsOp::Delete {
-            shards: (0..shards).collect(),
-        };
-        for (_, r) in outcomes(
-            on_topic(kafka, scope, group, &topic, op).await,
-            "delete",
-            group,
-        ) {
-            deleted += usize::from(r?.is_some());
+    let journals = || async {
+        let mut deleted = 0;
+        for (topic, shards) in topics(kafka, scope) {
+            let op = OffsetsOp::Delete {
+                shards: (0..shards).collect(),
+            };
+            for (_, r) in outcomes(
+                on_topic(kafka, scope, group, &topic, op).await,
+                "delete",
+                group,
+            ) {
+                deleted += usize::from(r?.is_some());
+            }
         }
-    }
-    deleted += kafka
-        .groups
-        .offsets
-        .delete_group(&scope.tenant, &scope.namespace, group)
-        .await
-        .map_err(|e| {
-            warn!(group, error = %e, "could not delete a Kafka group's offsets");
-            ResponseError::KafkaStorageError
-        })?;
-    Ok(deleted)
+        Ok(deleted)
+    };
+    super::upgrade::delete_serialised(
+        &kafka.groups.serial,
+        &kafka.groups.offsets,
+        (&scope.tenant, &scope.namespace, group),
+        journals,
+    )
+    .await
 }
 
 /// The groups of a namespace known by committed offsets: in the local log, or in a journal

@@ -63,6 +63,16 @@ fn only(op: &OffsetsOp, shards: &[u32]) -> OffsetsOp {
         OffsetsOp::ShareStart { .. } => OffsetsOp::ShareStart {
             shards: shards.to_vec(),
         },
+        OffsetsOp::ShareSeek { offsets } => OffsetsOp::ShareSeek {
+            offsets: offsets
+                .iter()
+                .filter(|(s, _)| shards.contains(s))
+                .cloned()
+                .collect(),
+        },
+        OffsetsOp::ShareForget { .. } => OffsetsOp::ShareForget {
+            shards: shards.to_vec(),
+        },
     }
 }
 

@@ -25,6 +25,7 @@ use kafka_protocol::messages::{ShareAcknowledgeRequest, ShareAcknowledgeResponse
 
 use super::session::{Held, Session};
 use super::{sb, topic_by_id};
+use crate::broker::Broker;
 use crate::groups::answers::{Answer, Answering, MAX_ANSWER_RECORDS};
 use crate::kafka::Kafka;
 use crate::kafka::errors::kafka_error;
@@ -45,11 +46,12 @@ pub(super) struct Batch {
     pub types: Vec<i8>,
 }
 
-/// Where acknowledgements go: the Felix group `group` on the stream `topic`, partition
-/// `shard`, answered as `member`.
+/// Where acknowledgements go: the Felix group `group` on the stream `topic` of the
+/// namespace, partition `shard`, answered as `member`.
 pub(super) struct Target<'a> {
-    pub kafka: &'a Kafka,
-    pub scope: &'a Scope,
+    pub broker: &'a Broker,
+    pub tenant: &'a str,
+    pub namespace: &'a str,
     pub group: &'a str,
     pub member: &'a str,
     pub topic: &'a str,
@@ -159,10 +161,9 @@ async fn answer_claims(
     claims: &[ClaimRef],
     answer: impl Fn() -> Answer,
 ) -> Result<Vec<u64>, Refusal> {
-    let s = to.scope;
     let answering = |records| Answering {
-        tenant: &s.tenant,
-        namespace: &s.namespace,
+        tenant: to.tenant,
+        namespace: to.namespace,
         stream: to.topic,
         group: to.group,
         shard: to.shard,
@@ -170,12 +171,7 @@ async fn answer_claims(
         records,
     };
     let refused = |e: felix_wire::protocol::ErrorBody| (kafka_error(&e), e.message);
-    match to
-        .kafka
-        .broker
-        .group_answer(&answering(claims), answer())
-        .await
-    {
+    match to.broker.group_answer(&answering(claims), answer()).await {
         Ok(_) => return Ok(Vec::new()),
         Err(e) if e.code == codes::CLAIM_NOT_HELD => {}
         Err(e) => return Err(refused(e)),
@@ -183,7 +179,6 @@ async fn answer_claims(
     let mut lapsed = Vec::new();
     for c in claims {
         match to
-            .kafka
             .broker
             .group_answer(&answering(std::slice::from_ref(c)), answer())
             .await
@@ -217,8 +212,9 @@ pub(super) async fn release_all(
             })
             .collect();
         let to = Target {
-            kafka,
-            scope,
+            broker: &kafka.broker,
+            tenant: &scope.tenant,
+            namespace: &scope.namespace,
             group,
             member,
             topic: &topic,
@@ -301,8 +297,9 @@ pub async fn share_acknowledge(
                             })
                             .collect();
                         let to = Target {
-                            kafka,
-                            scope,
+                            broker: &kafka.broker,
+                            tenant: &scope.tenant,
+                            namespace: &scope.namespace,
                             group: &group,
                             member: &member,
                             topic,

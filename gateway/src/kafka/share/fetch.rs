@@ -3,8 +3,10 @@
 //! Decides what one ShareFetch answers and when: first its acknowledgements are applied
 //! (each partition's outcome in `acknowledge_error_code`), then every partition of the
 //! session is polled through the Felix group (records due for redelivery first, then new
-//! ones; at most `max_records` in all, shared out over the partitions from a rotating
-//! start so none starves). The answer goes out once any record is acquired, or when
+//! ones; `max_records` shared out evenly over the partitions polled, a soft limit as on
+//! Kafka). The partitions are worked on at once, a task each: their groups' states, locks
+//! and journals are the partitions' own, so a fetch of several partitions waits for the
+//! slowest, not for the sum. The answer goes out once any record is acquired, or when
 //! `max_wait_ms` (at most [`MAX_WAIT`]) has passed; meanwhile the request waits for a
 //! partition's end to move, and looks again every [`RECHECK`] for locks that lapsed. Each
 //! partition's answer carries the stored batches holding its acquired records and the
@@ -93,7 +95,10 @@ pub async fn share_fetch(
             .or_insert_with(|| topic_by_id(kafka, scope, id).map(|(n, _)| n))
             .clone()
     };
-    // Acknowledgements first, and the session's partitions updated.
+    // Acknowledgements first, and the session's partitions updated. Each partition's are
+    // applied by a task of its own, all at once (their journals are the partitions'), the
+    // records it holds there taken out of the session meanwhile and put back after.
+    let mut acks: Vec<AckWork> = Vec::new();
     for t in request.topics {
         let name = name_of(t.topic_id);
         for p in t.partitions {
@@ -114,27 +119,53 @@ pub async fn share_fetch(
                 a.ack_error = Some((e, format!("not allowed to consume topic {topic}")));
                 continue;
             }
-            let batches: Vec<Batch> = p
-                .acknowledgement_batches
-                .into_iter()
-                .map(|b| Batch {
-                    first: b.first_offset,
-                    last: b.last_offset,
-                    types: b.acknowledge_types,
-                })
-                .collect();
+            let batches = p.acknowledgement_batches.into_iter().map(|b| Batch {
+                first: b.first_offset,
+                last: b.last_offset,
+                types: b.acknowledge_types,
+            });
+            // A partition named twice has its batches applied together.
+            if let Some(w) = acks.iter_mut().find(|w| w.key == key) {
+                w.batches.extend(batches);
+                continue;
+            }
+            acks.push(AckWork {
+                key,
+                topic: topic.clone(),
+                batches: batches.collect(),
+                held: session.held.remove(&key).unwrap_or_default(),
+            });
+        }
+    }
+    let applying = acks.into_iter().map(|mut w| {
+        let broker = kafka.broker.clone();
+        let (tenant, namespace) = (scope.tenant.clone(), scope.namespace.clone());
+        let (group, member) = (group.clone(), member.clone());
+        tokio::spawn(async move {
             let to = Target {
-                kafka,
-                scope,
+                broker: &broker,
+                tenant: &tenant,
+                namespace: &namespace,
                 group: &group,
                 member: &member,
-                topic,
-                shard: p.partition_index.max(0) as u32,
+                topic: &w.topic,
+                shard: w.key.1.max(0) as u32,
             };
-            let held = session.held.entry(key).or_default();
-            if let Err(refusal) = apply(&to, &batches, held).await {
-                a.ack_error = Some(refusal);
+            let outcome = apply(&to, &w.batches, &mut w.held).await;
+            (w.key, w.held, outcome)
+        })
+    });
+    for done in futures::future::join_all(applying).await {
+        match done {
+            Ok((key, held, outcome)) => {
+                session.held.insert(key, held);
+                if let Err(refusal) = outcome {
+                    answers.entry(key).or_default().ack_error = Some(refusal);
+                }
             }
+            // A task that panicked: its partition's records are forgotten by the session
+            // (their locks lapse and they are redelivered), and the member told.
+            Err(e) => tracing::warn!(error = %e, "a share acknowledgement task failed"),
         }
     }
     for f in &request.forgotten_topics_data {
@@ -178,6 +209,14 @@ pub async fn share_fetch(
     response(answers, lock_ms)
 }
 
+/// One partition's acknowledgements, applied by a task of their own.
+struct AckWork {
+    key: Partition,
+    topic: String,
+    batches: Vec<Batch>,
+    held: std::collections::BTreeMap<u64, Held>,
+}
+
 /// What a fetch asks for.
 struct Want<'a> {
     group: &'a str,
@@ -188,7 +227,11 @@ struct Want<'a> {
 }
 
 /// Polls the session's partitions until records are acquired or the wait is over;
-/// returns the shortest lock among the groups polled.
+/// returns the shortest lock among the groups polled. Each round polls its partitions at
+/// once, a task each (their groups' states are the partitions', on their own locks), with
+/// `max_records` and `max_bytes` shared out evenly; with fewer records asked for than
+/// partitions, only that many are polled, from a rotating start so none starves. A
+/// partition's share is soft as `max_records` is: a stored batch started is taken whole.
 async fn acquire(
     kafka: &Kafka,
     scope: &Scope,
@@ -202,7 +245,7 @@ async fn acquire(
     let start = ROTATION.fetch_add(1, Ordering::Relaxed);
     loop {
         let mut watches = Vec::new();
-        let (mut got, mut bytes) = (0usize, 0usize);
+        let mut polled: Vec<(Partition, String, u32)> = Vec::new();
         for i in 0..partitions.len() {
             let ((topic_id, partition), name) = &partitions[(start + i) % partitions.len()];
             let key = (*topic_id, *partition);
@@ -226,25 +269,45 @@ async fn acquire(
             {
                 watches.push(rx);
             }
-            if got >= want.max_records || bytes >= want.max_bytes {
-                continue;
+            if polled.len() < want.max_records {
+                polled.push((key, topic.clone(), shard));
             }
-            let poll = Poll {
-                tenant: t,
-                namespace: n,
-                stream: topic,
-                group: want.group,
-                shard,
-                consumer: want.member,
-                max_records: (want.max_records - got).min(MAX_POLL_RECORDS as usize) as u32,
-                max_bytes: (want.max_bytes - bytes) as u64,
-                wait_ms: 0,
-                whole_batches: Some(MAX_ANSWER_RECORDS),
+        }
+        let share = polled.len().max(1);
+        let records = (want.max_records / share).clamp(1, MAX_POLL_RECORDS as usize) as u32;
+        let bytes = (want.max_bytes / share).max(1) as u64;
+        let polls = polled.into_iter().map(|(key, topic, shard)| {
+            let broker = kafka.broker.clone();
+            let (tenant, namespace) = (t.clone(), n.clone());
+            let (group, member) = (want.group.to_owned(), want.member.to_owned());
+            tokio::spawn(async move {
+                let poll = Poll {
+                    tenant: &tenant,
+                    namespace: &namespace,
+                    stream: &topic,
+                    group: &group,
+                    shard,
+                    consumer: &member,
+                    max_records: records,
+                    max_bytes: bytes,
+                    wait_ms: 0,
+                    whole_batches: Some(MAX_ANSWER_RECORDS),
+                };
+                (key, broker.group_poll(&poll).await)
+            })
+        });
+        let mut got = 0usize;
+        for done in futures::future::join_all(polls).await {
+            let (key, outcome) = match done {
+                Ok(done) => done,
+                Err(e) => {
+                    tracing::warn!(error = %e, "a share fetch's poll task failed");
+                    continue;
+                }
             };
-            match kafka.broker.group_poll(&poll).await {
+            match outcome {
                 Ok(claimed) if !claimed.records.is_empty() => {
                     got += claimed.records.len();
-                    bytes += claimed.body.len();
                     let a = answers.entry(key).or_default();
                     a.acquired.extend(claimed.records);
                     a.records.push(claimed.body);

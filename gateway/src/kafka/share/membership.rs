@@ -79,6 +79,12 @@ pub(crate) struct ShareMembers {
 }
 
 impl ShareMembers {
+    /// How many members the group `key` (`tenant/namespace/group`) has here.
+    pub(super) fn members(&self, key: &str) -> usize {
+        self.expire(Instant::now());
+        self.groups.lock().get(key).map_or(0, |g| g.members.len())
+    }
+
     /// Removes members silent for [`SESSION_TIMEOUT`], and groups left empty.
     fn expire(&self, now: Instant) {
         let mut groups = self.groups.lock();
@@ -271,7 +277,7 @@ async fn assignment(
 }
 
 /// Creates the Felix group `group` on the stream behind `topic` unless it exists.
-async fn ensure_group(
+pub(super) async fn ensure_group(
     kafka: &Kafka,
     scope: &Scope,
     topic: &str,

@@ -22,6 +22,8 @@
 //! * `configs.rs` — a share group's configs (lock, delivery limit, start, dead letters)
 //!   through AlterConfigs on the group resource.
 //! * `offsets.rs` — DescribeShareGroupOffsets: the group's position on each partition.
+//! * `reset.rs` — AlterShareGroupOffsets and DeleteShareGroupOffsets: an admin moving or
+//!   forgetting those positions while the group has no members.
 //!
 //! The invariant: a share consumer's request changes a record's state only through the
 //! groups module's operations (poll, ack, nack, reject), so every promise of
@@ -33,6 +35,7 @@ mod configs;
 mod fetch;
 mod membership;
 mod offsets;
+mod reset;
 mod session;
 
 pub use acknowledge::share_acknowledge;
@@ -41,6 +44,7 @@ pub use fetch::share_fetch;
 pub(crate) use membership::{ShareMembers, expire_members};
 pub use membership::{share_group_describe, share_group_heartbeat};
 pub use offsets::describe_share_group_offsets;
+pub use reset::{alter_share_group_offsets, delete_share_group_offsets};
 pub(crate) use session::ShareSessions;
 
 use kafka_protocol::protocol::StrBytes;

@@ -7,9 +7,7 @@
 //! group's progress is kept, over the route committed offsets take
 //! (`kafka/groups/offset_home.rs`). With no topics named, every topic the Felix group of
 //! that name is on is described. Nothing here changes a group.
-//!
-//! AlterShareGroupOffsets and DeleteShareGroupOffsets are not built, so not advertised
-//! (docs/kafka.md, "Not yet").
+//! (Changing them is `reset.rs`'s.)
 
 use felix_wire::protocol::codes;
 use kafka_protocol::error::ResponseError;
