@@ -181,6 +181,12 @@ pub const ROUTES: &[AdminRoute] = &[
         what: "fault injection (FELIX_FAULT_INJECTION=1 only): hold this broker's shard \
                hand-overs with their fence up, or let them go",
     },
+    AdminRoute {
+        path: "/v1/faults/hold_compactions",
+        methods: &["POST", "DELETE"],
+        what: "fault injection (FELIX_FAULT_INJECTION=1 only): hold this broker's cache \
+               compactions between their floor record and their snapshot, or let them go",
+    },
 ];
 
 /// The admin routes over `broker` and `metrics`; with `metrics_require_auth` (and auth on)
