@@ -25,7 +25,7 @@ use felix_wire::protocol::{ErrorBody, codes};
 use crate::forward::{ForwardedAnswer, serve_forwarded_publish};
 use crate::replication::leader::serve_fetch;
 use crate::replication::segment_copy::{self, SegmentCopyRequest};
-use crate::replication::transport::{FetchError, FetchRequest};
+use crate::replication::transport::{FetchError, FetchRequest, Fetched};
 
 pub use crate::broker::BrokerSlot;
 
@@ -82,7 +82,7 @@ async fn forwarded_cache(
 async fn fetch(
     State(slot): State<BrokerSlot>,
     Json(req): Json<FetchRequest>,
-) -> Result<Bytes, FetchError> {
+) -> Result<Fetched, FetchError> {
     let broker = slot
         .get()
         .and_then(Weak::upgrade)

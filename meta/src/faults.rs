@@ -14,7 +14,9 @@
 //! lease looks like. Held answers wait after a leader's write and before its answer is
 //! settled: what a pause between the two looks like. Held hand-overs wait with their fence
 //! up: what a slow control plane looks like to a shard move. Held promotions keep a joining
-//! broker a learner: what a restart in the middle of a join finds.
+//! broker a learner: what a restart in the middle of a join finds. Held cache compactions
+//! wait between their floor record and their snapshot: what a long compaction looks like to
+//! the puts and gets that go on meanwhile.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -106,6 +108,7 @@ pub fn promotions_held() -> bool {
     PROMOTIONS_HELD.load(Ordering::Acquire)
 }
 static HANDOVERS: Hold = Hold::new();
+static COMPACTIONS: Hold = Hold::new();
 
 /// Holds this node's answers to publishes it wrote as leader (`true`), after the write and
 /// before the answer is settled, or lets them go on (`false`): what a pause between a write
@@ -131,4 +134,21 @@ pub fn set_handovers_held(held: bool) {
 /// Waits while hand-overs are held (see [`set_handovers_held`]).
 pub async fn wait_while_handovers_held() {
     HANDOVERS.wait().await
+}
+
+/// Holds this node's cache compactions after their floor record is written and before
+/// their snapshot is (`true`), or lets them go on (`false`).
+pub fn set_compactions_held(held: bool) {
+    COMPACTIONS.set(held);
+    tracing::warn!(held, "fault injection: cache compactions held changed");
+}
+
+/// Whether cache compactions are held (see [`set_compactions_held`]).
+pub fn compactions_held() -> bool {
+    COMPACTIONS.on.load(Ordering::Acquire)
+}
+
+/// Waits while cache compactions are held (see [`set_compactions_held`]).
+pub async fn wait_while_compactions_held() {
+    COMPACTIONS.wait().await
 }

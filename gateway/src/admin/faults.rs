@@ -54,6 +54,13 @@ const SWITCHES: &[Switch] = &[
         on: "held",
         off: "released",
     },
+    // Holds this broker's cache compactions between floor record and snapshot.
+    Switch {
+        path: "/v1/faults/hold_compactions",
+        set: felix_meta::faults::set_compactions_held,
+        on: "held",
+        off: "released",
+    },
 ];
 
 /// `router` with a route for every switch.

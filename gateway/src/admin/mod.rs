@@ -187,6 +187,12 @@ pub const ROUTES: &[AdminRoute] = &[
         what: "fault injection (FELIX_FAULT_INJECTION=1 only): refuse requests to promote \
                a joining broker to a control-plane voter, or let them through",
     },
+    AdminRoute {
+        path: "/v1/faults/hold_compactions",
+        methods: &["POST", "DELETE"],
+        what: "fault injection (FELIX_FAULT_INJECTION=1 only): hold this broker's cache \
+               compactions between their floor record and their snapshot, or let them go",
+    },
 ];
 
 /// The admin routes over `broker` and `metrics`; with `metrics_require_auth` (and auth on)

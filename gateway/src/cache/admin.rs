@@ -11,7 +11,7 @@ use felix_meta::model::{Command, Consistency, Durability, StreamSettings};
 use felix_wire::cache::{CacheConfig, CacheInfo};
 use felix_wire::protocol::{ErrorBody, codes};
 
-use super::sweep::CACHE_SEGMENT_BYTES;
+use super::segments::CACHE_SEGMENT_BYTES;
 use super::{CACHE_STREAM_PREFIX, backing_stream, is_cache_stream, unknown_cache};
 use crate::broker::Broker;
 use crate::errors::err;

@@ -33,6 +33,17 @@ use super::{CacheShard, Change, now_ms};
 use crate::broker::Broker;
 use crate::errors::{err, log_error};
 
+/// One record batch holding `ops`, as a log-backed shard's log takes it.
+pub(crate) fn encode_ops(ops: Vec<LogOp>) -> Result<Vec<u8>, ErrorBody> {
+    encode(ops, now_ms() as i64).map_err(|e| {
+        err(
+            codes::INTERNAL,
+            "internal",
+            format!("encode a cache change: {e}"),
+        )
+    })
+}
+
 /// How long a read waits for the write of state it saw before it gives up (retryably).
 const READ_WAIT: Duration = Duration::from_secs(5);
 
@@ -89,7 +100,7 @@ pub(crate) fn changes_of(ops: &[LogOp], base: Option<u64>) -> Vec<Change> {
                     *version,
                     Bytes::new(),
                 ),
-                LogOp::Floor { .. } => return None,
+                LogOp::Floor { .. } | LogOp::Snapshot { .. } => return None,
             };
             Some(Change {
                 change: CacheChange {
@@ -129,19 +140,7 @@ impl Broker {
         st: &mut KvState,
         ops: Vec<LogOp>,
     ) -> Result<Staged, ErrorBody> {
-        self.stage(cs, st, ops, true).await
-    }
-
-    /// [`Broker::stage_changes`]; `announce` false for records that change nothing a
-    /// watch could see (a compaction's snapshot rewrites live entries as they are).
-    async fn stage(
-        &self,
-        cs: &CacheShard,
-        st: &mut KvState,
-        ops: Vec<LogOp>,
-        announce: bool,
-    ) -> Result<Staged, ErrorBody> {
-        let Some(log) = &cs.shard.log else {
+        if cs.shard.log.is_none() {
             for op in &ops {
                 st.apply(op);
             }
@@ -149,14 +148,29 @@ impl Broker {
                 let _ = cs.changes.send(change);
             }
             return Ok(Staged { ticket: None });
-        };
-        let batch = encode(ops.clone(), now_ms() as i64).map_err(|e| {
-            err(
+        }
+        let batch = encode_ops(ops.clone())?;
+        self.stage_batch(cs, st, batch, ops).await
+    }
+
+    /// Under the shard's lock, for a log-backed shard: has the log accept `batch` at the
+    /// state's end, applies `ops` (what `batch` holds; a compaction's records, which change
+    /// nothing in the state, are encoded before the lock is taken and pass none), and
+    /// stages their watch changes.
+    pub(crate) async fn stage_batch(
+        &self,
+        cs: &CacheShard,
+        st: &mut KvState,
+        batch: Vec<u8>,
+        ops: Vec<LogOp>,
+    ) -> Result<Staged, ErrorBody> {
+        let Some(log) = &cs.shard.log else {
+            return Err(err(
                 codes::INTERNAL,
                 "internal",
-                format!("encode a cache change: {e}"),
-            )
-        })?;
+                format!("cache shard {} keeps no log to append to", cs.key),
+            ));
+        };
         self.disk.check(batch.len() as u64)?;
         let ticket = {
             // The append lock a shard move's hand-over takes after raising its fence: a
@@ -192,11 +206,8 @@ impl Broker {
             st.apply(op);
         }
         st.applied_end = ticket.last_offset + 1;
-        let changes = if announce {
-            changes_of(&ops, Some(ticket.base_offset))
-        } else {
-            Vec::new()
-        };
+        // A compaction's records are no changes: `changes_of` finds none in them.
+        let changes = changes_of(&ops, Some(ticket.base_offset));
         cs.unwritten.lock().push_back((ticket.last_offset, changes));
         Ok(Staged {
             ticket: Some(ticket),
@@ -204,7 +215,7 @@ impl Broker {
     }
 
     /// Stages `ops` and waits for their write, keeping the caller's lock: for the sweep's
-    /// expiry deletes and compaction's snapshot, which must be written before they go on.
+    /// expiry deletes, which must be written before the pass goes on.
     pub(crate) async fn commit_changes(
         &self,
         cs: &CacheShard,
@@ -212,18 +223,6 @@ impl Broker {
         ops: Vec<LogOp>,
     ) -> Result<Option<u64>, ErrorBody> {
         self.stage_changes(cs, st, ops).await?.written(cs).await
-    }
-
-    /// Like [`Broker::commit_changes`] for a compaction's snapshot: written, applied (a
-    /// no-op: the entries are the state's own), and not announced to watches — a watch
-    /// hears changes, and a snapshot changes nothing.
-    pub(crate) async fn commit_snapshot(
-        &self,
-        cs: &CacheShard,
-        st: &mut KvState,
-        ops: Vec<LogOp>,
-    ) -> Result<Option<u64>, ErrorBody> {
-        self.stage(cs, st, ops, false).await?.written(cs).await
     }
 
     /// Outside the lock: waits until the log has written everything below `tail` (the

@@ -21,6 +21,7 @@
 //! * `forward.rs` — sending a key's operation to its owner over the internal network.
 //! * `moving.rs` — operations held across a shard move's hand-over, and a watch's
 //!   `shard_moved` end.
+//! * `segments.rs` — how big a shard's log segments are, on its owner and followers.
 //! * `sweep.rs` — the once-a-second pass: expiry deletes, compaction, gauges.
 //! * `watch.rs` — watches: a stream of changes to a key or a prefix.
 //! * `resume.rs` — a watch resumed after the change it heard last, replayed from the log.
@@ -45,6 +46,7 @@ pub(crate) mod registry;
 pub(crate) mod replay;
 pub mod requests;
 pub(crate) mod resume;
+pub(crate) mod segments;
 pub(crate) mod state;
 pub mod sweep;
 pub(crate) mod watch;

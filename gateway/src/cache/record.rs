@@ -7,7 +7,11 @@
 //! put, `d` delete, `e` expiry delete, `f` version floor), the version (`v`, u64 big
 //! endian) and a put's absolute expiry (`x`, ms since the Unix epoch, u64 big endian).
 //! A version floor record (written first by compaction) carries the next version to hand
-//! out, so compacting deletes away never lets a version be handed out twice.
+//! out, so compacting deletes away never lets a version be handed out twice. A compaction's
+//! copy of a live entry is a put marked `s` (snapshot): it is written while other changes
+//! go on, so it stands for its key only if no change to the key came after its floor
+//! record (`replay.rs`); a broker that does not know the mark reads it as the put it was
+//! before compactions ran beside other writes.
 //!
 //! The invariant: a record this module cannot read is skipped with a warning by the
 //! replay, never taken for a delete or a put of something else.
@@ -18,6 +22,7 @@ use felix_wire::{BatchBuilder, Compression, Header, Record, WireError};
 const OP: &str = "felix.cache";
 const VERSION: &str = "v";
 const EXPIRES: &str = "x";
+const SNAPSHOT: &str = "s";
 
 /// One change of a cache shard, as the log holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,14 +42,23 @@ pub(crate) enum LogOp {
     },
     /// Versions below `next_version` were handed out (compaction writes it first).
     Floor { next_version: u64 },
+    /// A compaction's copy of a live entry as it was at the floor record before it: the
+    /// key's value only if nothing changed the key since that floor record.
+    Snapshot {
+        key: String,
+        value: Bytes,
+        version: u64,
+        expires_at: Option<u64>,
+    },
 }
 
 impl LogOp {
-    /// The version the change gave its key (a floor record gives none).
+    /// The version the change gave its key (a floor record gives none, and a snapshot's
+    /// copy is no change: a watch never hears one, so never resumes after one).
     pub(crate) fn version(&self) -> Option<u64> {
         match self {
             LogOp::Put { version, .. } | LogOp::Delete { version, .. } => Some(*version),
-            LogOp::Floor { .. } => None,
+            LogOp::Floor { .. } | LogOp::Snapshot { .. } => None,
         }
     }
 
@@ -68,6 +82,22 @@ impl LogOp {
                 if let Some(x) = expires_at {
                     h.push(u64h(EXPIRES, x));
                 }
+                (Some(key), Some(value), h)
+            }
+            LogOp::Snapshot {
+                key,
+                value,
+                version,
+                expires_at,
+            } => {
+                let mut h = vec![op(b"p"), u64h(VERSION, version)];
+                if let Some(x) = expires_at {
+                    h.push(u64h(EXPIRES, x));
+                }
+                h.push(Header {
+                    key: SNAPSHOT.to_owned(),
+                    value: Some(Bytes::from_static(b"1")),
+                });
                 (Some(key), Some(value), h)
             }
             LogOp::Delete {
@@ -114,6 +144,12 @@ impl LogOp {
                 .map(str::to_owned)
         };
         match &header(OP)?[..] {
+            b"p" if header(SNAPSHOT).is_some() => Some(LogOp::Snapshot {
+                key: key()?,
+                value: r.value.clone().unwrap_or_default(),
+                version,
+                expires_at: u64_of(EXPIRES),
+            }),
             b"p" => Some(LogOp::Put {
                 key: key()?,
                 value: r.value.clone().unwrap_or_default(),
@@ -167,6 +203,12 @@ mod tests {
                 key: "k".into(),
                 version: 11,
                 expired: true,
+            },
+            LogOp::Snapshot {
+                key: "n".into(),
+                value: Bytes::from_static(b"w"),
+                version: 10,
+                expires_at: Some(2_000),
             },
         ];
         let batch = encode(ops.clone(), 5).expect("encodes");

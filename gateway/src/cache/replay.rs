@@ -16,7 +16,7 @@ use tracing::warn;
 
 use super::CacheShard;
 use super::record::LogOp;
-use super::state::KvState;
+use super::state::{KvState, Replayer};
 use crate::broker::Broker;
 use crate::errors::{err, log_error};
 
@@ -136,8 +136,9 @@ impl Broker {
         if rebuild {
             *st = KvState::starting_at(first_version(generation), generation);
         }
+        let mut replayer = Replayer::default();
         for (_, op) in &ops {
-            st.apply(op);
+            replayer.apply(st, op);
         }
         st.applied_end = read_end.max(end);
         Ok(())

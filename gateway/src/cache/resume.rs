@@ -8,8 +8,8 @@
 //! change (compacted away) the watch ends with `watch_lagged`; when it holds another change
 //! there, or none yet (the owner that served the watch lost changes it had written, as a
 //! Leader cache's failover may), with `watch_diverged`: either way the caller learns that
-//! it missed changes, never silently. Snapshot records a compaction rewrote keep their old
-//! versions, so they are not replayed as changes again.
+//! it missed changes, never silently. A compaction's snapshot records are no changes: they
+//! are never replayed to a watch.
 
 use felix_wire::cache::WatchResume;
 use felix_wire::protocol::{ErrorBody, codes};
@@ -71,8 +71,9 @@ pub(crate) async fn replay_since(
             ),
         ));
     }
-    // Versions grow in log order except in a compaction's snapshot, whose records repeat
-    // versions already replayed or heard.
+    // Versions grow in log order. A compaction's snapshot records are skipped: marked
+    // ones carry no version here, and unmarked ones (written before snapshots were marked)
+    // repeat versions already replayed or heard.
     let (mut changes, mut newest) = (Vec::new(), resume.last_version);
     for (offset, op) in &ops[1..] {
         if let Some(v) = op.version().filter(|v| *v > newest) {

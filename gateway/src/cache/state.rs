@@ -9,7 +9,7 @@
 //! to it, in order, so the log of a log-backed shard rebuilds it after a restart or on a new
 //! owner.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use bytes::Bytes;
 use felix_wire::cache::Condition;
@@ -114,6 +114,9 @@ impl KvState {
             LogOp::Floor { next_version } => {
                 self.next_version = self.next_version.max(*next_version);
             }
+            // The owner that wrote it holds the entry already (or a later change of the
+            // key); only a replay from the log may need it ([`Replayer`]).
+            LogOp::Snapshot { .. } => {}
         }
     }
 
@@ -138,12 +141,13 @@ impl KvState {
             .collect()
     }
 
-    /// Every unexpired entry as a put, for a compaction's snapshot.
+    /// Every unexpired entry as a snapshot record, for a compaction (cheap: the values are
+    /// shared, not copied).
     pub(crate) fn snapshot(&self, now_ms: u64) -> Vec<LogOp> {
         self.entries
             .iter()
             .filter(|(_, e)| e.live_at(now_ms))
-            .map(|(k, e)| LogOp::Put {
+            .map(|(k, e)| LogOp::Snapshot {
                 key: k.clone(),
                 value: e.value.clone(),
                 version: e.version,
@@ -175,6 +179,53 @@ impl KvState {
             n += 1;
         }
         n
+    }
+}
+
+/// Applies the log's records in order to a state, reading compaction snapshots right.
+///
+/// A compaction writes its floor record, then copies of the live entries as they were at
+/// it, while other changes go on: a copy may follow a later change of its key in the log.
+/// So a copy stands for its key only if no change to the key came between the latest floor
+/// record and it. A replay that did not see that floor record (it started after it) holds
+/// every key as of the floor and every change since, so copies change nothing there.
+#[derive(Debug, Default)]
+pub(crate) struct Replayer {
+    /// Keys changed since the latest floor record this replay read.
+    changed_since_floor: Option<HashSet<String>>,
+}
+
+impl Replayer {
+    pub(crate) fn apply(&mut self, st: &mut KvState, op: &LogOp) {
+        match op {
+            LogOp::Floor { .. } => self.changed_since_floor = Some(HashSet::new()),
+            LogOp::Put { key, .. } | LogOp::Delete { key, .. } => {
+                if let Some(changed) = &mut self.changed_since_floor {
+                    changed.insert(key.clone());
+                }
+            }
+            LogOp::Snapshot {
+                key,
+                value,
+                version,
+                expires_at,
+            } => {
+                if self
+                    .changed_since_floor
+                    .as_ref()
+                    .is_some_and(|changed| !changed.contains(key))
+                {
+                    st.apply(&LogOp::Put {
+                        key: key.clone(),
+                        value: value.clone(),
+                        version: *version,
+                        expires_at: *expires_at,
+                    });
+                }
+                return;
+            }
+        }
+        st.apply(op);
     }
 }
 
@@ -256,6 +307,50 @@ mod tests {
         s.apply(&LogOp::Floor { next_version: 9 });
         assert_eq!(s.next_version(), 9);
         assert_eq!(s.snapshot(0).len(), 1);
+    }
+
+    fn copy(key: &str, value: &str, version: u64) -> LogOp {
+        LogOp::Snapshot {
+            key: key.into(),
+            value: Bytes::from(value.to_owned()),
+            version,
+            expires_at: None,
+        }
+    }
+
+    #[test]
+    fn a_snapshot_copy_never_undoes_a_change_written_before_it_after_its_floor() {
+        // The log from a compaction's floor on: the copies of a, b and c were written after
+        // a put of a and a delete of b that came after the floor.
+        let log = [
+            LogOp::Floor { next_version: 10 },
+            put("a", "new", 10, None),
+            LogOp::Delete {
+                key: "b".into(),
+                version: 11,
+                expired: false,
+            },
+            copy("a", "old", 3),
+            copy("b", "old", 4),
+            copy("c", "kept", 5),
+        ];
+        let mut s = KvState::starting_at(1, 0);
+        let mut r = Replayer::default();
+        for op in &log {
+            r.apply(&mut s, op);
+        }
+        assert_eq!(s.live("a", 0).map(|e| &e.value[..]), Some(&b"new"[..]));
+        assert_eq!(s.live("b", 0), None, "a deleted key stays deleted");
+        assert_eq!(s.live("c", 0).map(|e| e.version), Some(5));
+        assert_eq!(s.next_version(), 12);
+        // The owner that wrote the copies applies them as nothing.
+        let before = s.live("a", 0).cloned();
+        s.apply(&copy("a", "old", 3));
+        assert_eq!(s.live("a", 0).cloned(), before);
+        // A replay that started past the floor already holds what the copies say.
+        let mut r = Replayer::default();
+        r.apply(&mut s, &copy("b", "old", 4));
+        assert_eq!(s.live("b", 0), None);
     }
 
     #[test]

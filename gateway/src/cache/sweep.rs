@@ -8,26 +8,30 @@
 //! log-backed cache this broker leads is opened here, so expiry resumes without a client.
 //!
 //! Compaction decides what stays on disk: when a shard's log exceeds
-//! [`COMPACT_FACTOR`] times its live data (and two segments), the owner appends every live
-//! entry (after a version floor record) under the shard's lock, waits until the replicas
-//! hold that snapshot, and raises the shard's floor to the snapshot's first offset through
-//! the control plane (`delete_records`), so every replica drops the segments before it.
-//! Replaying from the floor gives the same state, since the snapshot stands for everything
-//! before it.
+//! [`COMPACT_FACTOR`] times its live data (and two segments), the owner appends a copy of
+//! every live entry (after a version floor record) while puts and gets go on, waits until
+//! the replicas hold that snapshot, and raises the shard's floor to the floor record's
+//! offset through the control plane (`delete_records`), so every replica drops the segments
+//! before it. Replaying from the floor gives the same state: the copies stand for
+//! everything before it, except where a later change of their key came first
+//! (`state::Replayer`).
 
 use std::sync::Weak;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use felix_hot::ShardLog;
 use felix_meta::model::Durability;
-use felix_wire::protocol::ErrorBody;
+use felix_wire::protocol::{ErrorBody, codes};
 use tracing::{info, warn};
 
+use super::commit::encode_ops;
 use super::metrics::CacheShardLabel;
 use super::record::LogOp;
+use super::segments::fit_segment;
 use super::state::ENTRY_OVERHEAD;
 use super::{CacheShard, is_cache_stream, now_ms};
 use crate::broker::Broker;
+use crate::errors::err;
 use crate::shard::shard_key;
 
 const EVERY: Duration = Duration::from_secs(1);
@@ -35,11 +39,6 @@ const EVERY: Duration = Duration::from_secs(1);
 pub const EXPIRE_PER_PASS: usize = 1024;
 /// A log over this many times its live data is compacted.
 pub const COMPACT_FACTOR: u64 = 4;
-/// Segments of a cache's log: small, so compaction can drop them soon. The owner grows a
-/// busy shard's segments with its live data ([`fit_segment`]).
-pub const CACHE_SEGMENT_BYTES: u64 = 256 * 1024;
-/// The largest segment [`fit_segment`] gives a cache shard's log.
-pub const MAX_CACHE_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Bytes of entries per snapshot batch.
 const SNAPSHOT_BATCH_BYTES: u64 = 512 * 1024;
 
@@ -154,33 +153,47 @@ impl Broker {
     }
 
     /// Appends a snapshot of every live entry and raises the floor to its start.
+    ///
+    /// The shard's lock is held only to take the entries (shared values, no copies) and to
+    /// have the log accept each record batch at the state's end: the floor record, then the
+    /// copies, each batch encoded before the lock and written after it, so puts and gets
+    /// go on throughout. Changes made meanwhile land between the copies in the log, which
+    /// is why a copy stands for its key only when no change to the key follows the floor
+    /// record before it (`state::Replayer`). A write lost meanwhile (a failure gives the
+    /// log's offsets back, so the floor record may be gone) stops the compaction before
+    /// the floor is raised.
     pub(crate) async fn compact(&self, cs: &CacheShard) -> Result<(), ErrorBody> {
-        let (floor, last) = {
+        let (floor, floor_record, entries, lost) = {
             let mut st = cs.state.lock().await;
             self.catch_up(cs, &mut st).await?;
             let floor = st.applied_end;
-            let mut batch = vec![LogOp::Floor {
+            let entries = st.snapshot(now_ms());
+            let ops = vec![LogOp::Floor {
                 next_version: st.next_version(),
             }];
-            let mut batch_bytes = 0u64;
-            let mut last = None;
-            for op in st.snapshot(now_ms()) {
-                if let LogOp::Put { key, value, .. } = &op {
-                    batch_bytes += (key.len() + value.len()) as u64 + ENTRY_OVERHEAD;
-                }
-                batch.push(op);
-                if batch_bytes >= SNAPSHOT_BATCH_BYTES {
-                    last = self
-                        .commit_snapshot(cs, &mut st, std::mem::take(&mut batch))
-                        .await?;
-                    batch_bytes = 0;
-                }
-            }
-            if !batch.is_empty() {
-                last = self.commit_snapshot(cs, &mut st, batch).await?;
-            }
-            (floor, last)
+            let staged = self.stage_changes(cs, &mut st, ops).await?;
+            (floor, staged, entries, cs.lost.load(Ordering::Acquire))
         };
+        let mut last = floor_record.written(cs).await?;
+        if felix_meta::faults::compactions_held() {
+            warn!(shard = %cs.key, floor, "cache compaction held by fault injection");
+            felix_meta::faults::wait_while_compactions_held().await;
+        }
+        for batch in snapshot_batches(entries) {
+            let batch = encode_ops(batch)?;
+            let staged = {
+                let mut st = cs.state.lock().await;
+                self.catch_up(cs, &mut st).await?;
+                if cs.lost.load(Ordering::Acquire) != lost {
+                    return Err(lost_during_compaction(cs));
+                }
+                self.stage_batch(cs, &mut st, batch, Vec::new()).await?
+            };
+            last = staged.written(cs).await?;
+        }
+        if cs.lost.load(Ordering::Acquire) != lost {
+            return Err(lost_during_compaction(cs));
+        }
         let Some(last) = last else { return Ok(()) };
         // Every replica must hold the snapshot before anything before it may go.
         if let Some(repl) = &cs.shard.repl
@@ -198,41 +211,36 @@ impl Broker {
     }
 }
 
-/// Sets the segment size of an owned shard's log to a quarter of its live data, between
-/// [`CACHE_SEGMENT_BYTES`] and [`MAX_CACHE_SEGMENT_BYTES`]; returns it. Every roll costs
-/// the log a flush, new files (segment, index, producer snapshot) and an upload, which a
-/// busy cache with 256 KiB segments paid dozens of times a second on every put's path. A
-/// quarter of the live data keeps what compaction lets the log grow to within a small
-/// multiple of it (`COMPACT_FACTOR` times, plus a segment), and a small cache keeps small
-/// segments, so compaction can drop them soon. Followers' logs keep the stream's setting.
-fn fit_segment(log: &ShardLog, live: u64) -> u64 {
-    let want = (live / 4).clamp(CACHE_SEGMENT_BYTES, MAX_CACHE_SEGMENT_BYTES);
-    if log.config().segment_bytes != want {
-        log.alter(|c| c.segment_bytes = want);
+/// A compaction's copies in batches of about [`SNAPSHOT_BATCH_BYTES`].
+fn snapshot_batches(entries: Vec<LogOp>) -> Vec<Vec<LogOp>> {
+    let mut batches = Vec::new();
+    let (mut batch, mut bytes) = (Vec::new(), 0u64);
+    for op in entries {
+        if let LogOp::Snapshot { key, value, .. } = &op {
+            bytes += (key.len() + value.len()) as u64 + ENTRY_OVERHEAD;
+        }
+        batch.push(op);
+        if bytes >= SNAPSHOT_BATCH_BYTES {
+            batches.push(std::mem::take(&mut batch));
+            bytes = 0;
+        }
     }
-    want
+    if !batch.is_empty() {
+        batches.push(batch);
+    }
+    batches
 }
 
-#[cfg(test)]
-mod tests {
-    use felix_hot::LogConfig;
-
-    use super::*;
-
-    #[test]
-    fn a_shards_segments_are_a_quarter_of_its_live_data_within_bounds() {
-        let dir = tempfile::tempdir().expect("dir");
-        let config = LogConfig {
-            segment_bytes: CACHE_SEGMENT_BYTES,
-            ..LogConfig::default()
-        };
-        let log = ShardLog::open(dir.path(), config).expect("log");
-        assert_eq!(fit_segment(&log, 100 * 1024), CACHE_SEGMENT_BYTES);
-        assert_eq!(fit_segment(&log, 40 << 20), 10 << 20);
-        assert_eq!(log.config().segment_bytes, 10 << 20, "the log rolls at it");
-        assert_eq!(fit_segment(&log, 1 << 40), MAX_CACHE_SEGMENT_BYTES);
-        // Back down when the live data shrinks, so compaction can drop segments soon.
-        assert_eq!(fit_segment(&log, 0), CACHE_SEGMENT_BYTES);
-        assert_eq!(log.config().segment_bytes, CACHE_SEGMENT_BYTES);
-    }
+/// A write of the shard failed while a compaction ran: its floor record may have gone with
+/// it, so the floor stays where it is (the next pass compacts again).
+fn lost_during_compaction(cs: &CacheShard) -> ErrorBody {
+    err(
+        codes::SHARD_UNAVAILABLE,
+        "shard_unavailable",
+        format!(
+            "cache shard {}: a write failed during compaction; the floor stays, the next \
+             pass compacts again",
+            cs.key
+        ),
+    )
 }

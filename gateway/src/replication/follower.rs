@@ -3,7 +3,7 @@
 //!
 //! A follower appends the leader's batches unchanged, with their offsets and generation,
 //! under its own fsync policy, and asks again from the end of its log (which is its report
-//! to the leader).
+//! to the leader). A cache shard's follower rolls its segments at the leader's size.
 //!
 //! Invariant: a follower that held records of an older generation e cuts its log at the end
 //! of e as the control plane recorded it before it fetches, so records no majority held are
@@ -79,7 +79,11 @@ pub(crate) async fn follow(
             max_bytes: 1 << 20,
             wait_ms: 500,
         };
-        match client.fetch(&addr, &req).await {
+        let fetched = client.fetch(&addr, &req).await.map(|f| {
+            roll_like_the_leader(&shard, &log, f.segment_bytes);
+            f.batches
+        });
+        match fetched {
             Ok(batches) if batches.is_empty() => {
                 backoff = Duration::from_millis(50);
             }
@@ -127,5 +131,17 @@ pub(crate) async fn follow(
                 backoff = (backoff * 2).min(Duration::from_secs(1));
             }
         }
+    }
+}
+
+/// A cache shard's follower rolls its log's segments at the size the leader's does
+/// (`cache/segments.rs`).
+fn roll_like_the_leader(shard: &Shard, log: &felix_hot::ShardLog, leaders: Option<u64>) {
+    let Some(n) = crate::cache::segments::follower_segment_bytes(&shard.key.stream, leaders) else {
+        return;
+    };
+    if log.config().segment_bytes != n {
+        log.alter(|c| c.segment_bytes = n);
+        debug!(shard = %shard.key, segment_bytes = n, "rolling segments like the leader");
     }
 }

@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use super::quorum::quorum_mark;
 use super::role::{ReplState, Role, swap_role};
-use super::transport::{FetchError, FetchRequest};
+use super::transport::{FetchError, FetchRequest, Fetched};
 use crate::node::Node;
 use crate::retention::refresh_manifest;
 use crate::shard::Shard;
@@ -244,8 +244,21 @@ pub(crate) async fn lead(node: Weak<Node>, shard: Arc<Shard>, generation: u64, r
 
 /// Serves a follower's fetch on a shard this broker leads: records the follower's report,
 /// waits up to `wait_ms` for something new, and answers with whole batches (from the object
-/// store when the local log no longer holds them).
-pub(crate) async fn serve_fetch(shard: Arc<Shard>, req: FetchRequest) -> Result<Bytes, FetchError> {
+/// store when the local log no longer holds them) and the size this leader's log rolls its
+/// segments at.
+pub(crate) async fn serve_fetch(
+    shard: Arc<Shard>,
+    req: FetchRequest,
+) -> Result<Fetched, FetchError> {
+    let segment_bytes = shard.log.as_ref().map(|l| l.config().segment_bytes);
+    let batches = serve_batches(shard, req).await?;
+    Ok(Fetched {
+        batches,
+        segment_bytes,
+    })
+}
+
+async fn serve_batches(shard: Arc<Shard>, req: FetchRequest) -> Result<Bytes, FetchError> {
     let (Some(repl), Some(log)) = (shard.repl.clone(), shard.log.clone()) else {
         return Err(FetchError::Failed("not a durable shard".into()));
     };

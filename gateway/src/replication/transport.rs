@@ -30,6 +30,29 @@ pub struct FetchRequest {
     pub wait_ms: u64,
 }
 
+/// The answer's header naming the size the leader's log rolls its segments at.
+pub const SEGMENT_BYTES_HEADER: &str = "x-felix-segment-bytes";
+
+/// A fetch's answer: the batches, and the size the leader's log rolls its segments at (a
+/// cache shard's follower rolls at it too: `follower.rs`). An older leader sends none.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub batches: Bytes,
+    pub segment_bytes: Option<u64>,
+}
+
+impl IntoResponse for Fetched {
+    fn into_response(self) -> Response {
+        let mut response = self.batches.into_response();
+        if let Some(n) = self.segment_bytes {
+            response
+                .headers_mut()
+                .insert(SEGMENT_BYTES_HEADER, hyper::header::HeaderValue::from(n));
+        }
+        response
+    }
+}
+
 /// Why a fetch was refused (the JSON body of a non-200 answer).
 #[derive(Debug, Clone, Serialize, Deserialize, thiserror::Error)]
 #[serde(tag = "error", rename_all = "snake_case")]
@@ -143,12 +166,20 @@ impl PeerClient {
         })
     }
 
-    pub async fn fetch(&self, addr: &str, req: &FetchRequest) -> Result<Bytes, FetchError> {
+    pub async fn fetch(&self, addr: &str, req: &FetchRequest) -> Result<Fetched, FetchError> {
         let timeout = Duration::from_millis(req.wait_ms) + Duration::from_secs(5);
-        Ok(self
+        let answer = self
             .call(addr, "/repl/fetch", req, timeout, FetchError::Failed)
-            .await?
-            .body)
+            .await?;
+        let segment_bytes = answer
+            .headers
+            .get(SEGMENT_BYTES_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        Ok(Fetched {
+            batches: answer.body,
+            segment_bytes,
+        })
     }
 
     /// POSTs `req` as JSON to `path` at `addr`: a 200 answer, or the peer's refusal `E`

@@ -34,14 +34,14 @@ fn code_of(e: &ClientError) -> (u16, String) {
     }
 }
 
-fn durable() -> CacheConfig {
+pub(super) fn durable() -> CacheConfig {
     CacheConfig {
         durable: Some(true),
         ..Default::default()
     }
 }
 
-async fn client_of(addr: &str, token: Option<String>) -> Client {
+pub(super) async fn client_of(addr: &str, token: Option<String>) -> Client {
     let config = ClientConfig {
         token,
         ..ClientConfig::default()
@@ -64,7 +64,8 @@ async fn ensure_namespace(conn: &Connection, tenant: &str, namespace: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cache_on_one_broker() {
-    let mut broker = Broker::start(BrokerOptions::new()).await;
+    // Fault injection: a compaction is held while puts and gets go on.
+    let mut broker = Broker::start(BrokerOptions::new().env("FELIX_FAULT_INJECTION", 1)).await;
     cache_operation_counters_exist_at_zero_before_the_first_operation(&broker).await;
     let conn = broker.client().await;
     ensure_namespace(&conn, T, NS).await;
@@ -82,6 +83,7 @@ async fn cache_on_one_broker() {
     compaction_bounds_the_log_of_a_cache_overwritten_100000_times(&broker, &client).await;
     values_survive_kill_9_in_a_log_backed_cache_and_not_in_an_in_memory_one(&mut broker, &client)
         .await;
+    super::cache_compaction::a_put_and_a_get_are_answered_while_a_compaction_is_held_and_no_change_is_lost_across_it_and_a_restart(&mut broker).await;
 }
 
 async fn caches_live_in_the_control_plane_and_bad_input_is_refused(conn: &Connection) {
@@ -905,6 +907,10 @@ async fn cache_on_a_three_broker_cluster() {
         r.expect("tenant and namespace");
     }
     counter_adds_through_every_broker_are_never_lost(&cluster, &client).await;
+    super::cache_compaction::a_followers_log_rolls_at_the_segment_size_the_owner_gives_a_busy_cache(
+        &cluster, &client,
+    )
+    .await;
     super::cache_watch::a_prefix_watch_hears_every_shard_of_a_cache_several_brokers_own(
         &mut cluster,
         &client,
