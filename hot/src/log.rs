@@ -149,6 +149,14 @@ impl ShardLog {
         self.enqueue(batch, Placement::Leader, false).await
     }
 
+    /// [`ShardLog::append`] whose write is left to the ticket's holder, as
+    /// [`ShardLog::append_if_deferred`] does for an append at an expected offset: for
+    /// callers that await [`Appended::committed`] as soon as they have let go of their own
+    /// locks (a consumer group's journal changes).
+    pub async fn append_deferred(&self, batch: Vec<u8>) -> Result<Appended, LogError> {
+        self.enqueue(batch, Placement::Leader, true).await
+    }
+
     /// [`ShardLog::append`] for a batch its caller already validated ([`CheckedBatch`]): the
     /// header is taken as checked, so the batch's CRC is computed once on the publish path,
     /// at ingress, not again here. The size limits still apply.

@@ -195,7 +195,12 @@ pub(crate) async fn append(
         });
     }
     let batch = b.build().map_err(LogError::InvalidBatch)?;
-    log.append(batch).await
+    // Deferred: the change's holder writes it when it waits for it, right after letting go
+    // of the group's cursor (`Registry::written`), so a poll or an acknowledgement does not
+    // hand its journal write to the log's writer thread and wait to be woken (felix-hot's
+    // `inline.rs`); under a per-write fsync policy or a write gate the thread writes it as
+    // before.
+    log.append_deferred(batch).await
 }
 
 #[cfg(test)]
