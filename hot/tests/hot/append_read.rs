@@ -1382,6 +1382,69 @@ async fn deferred_appends_are_written_by_their_waiters_densely_across_rolls_and_
     assert_log_holds(&log, &everything, 64 * 1024, -1);
 }
 
+/// Deferred leader appends (`append_deferred`), made as a consumer group's journal makes
+/// its changes: concurrent tasks append without an expected offset and wait for their own
+/// tickets (some dropped unawaited). Every append gets its own dense range, is committed,
+/// and is in the log after a reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_leader_appends_are_written_by_their_waiters_and_when_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = ShardLog::open(dir.path(), small_segments(16 * 1024)).unwrap();
+    let run = async {
+        let mut tasks = Vec::new();
+        for task in 0..8u64 {
+            let log = log.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut sent = Vec::new();
+                for j in 0..40u64 {
+                    let bytes = batch(task * 1000 + j, (j % 3 + 1) as usize, 200);
+                    let ticket = log
+                        .append_deferred(bytes.clone())
+                        .await
+                        .expect("accepted");
+                    sent.push(Sent {
+                        base: ticket.base_offset,
+                        last: ticket.last_offset,
+                        bytes,
+                    });
+                    if j % 5 == 4 {
+                        // Nobody waits for this one: the writer thread must write it.
+                        drop(ticket);
+                    } else {
+                        let got = ticket.committed().await.expect("committed");
+                        assert_eq!(got, (sent[j as usize].base, sent[j as usize].last));
+                    }
+                }
+                sent
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.unwrap());
+        }
+        all
+    };
+    let mut everything = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("every awaited deferred append commits");
+    everything.sort_by_key(|s| s.base);
+    let mut next = 0;
+    for s in &everything {
+        assert_eq!(s.base, next, "offsets are unique and dense");
+        next = s.last + 1;
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || log.committed_offset() == next).await,
+        "the appends whose tickets were dropped are written too: committed {} of {next}",
+        log.committed_offset()
+    );
+    assert_log_holds(&log, &everything, 64 * 1024, -1);
+    drop(log);
+    let log = ShardLog::open(dir.path(), small_segments(16 * 1024)).unwrap();
+    assert_eq!(log.next_offset(), next, "a reopened log holds every append");
+    assert_log_holds(&log, &everything, 64 * 1024, -1);
+}
+
 #[tokio::test]
 async fn batches_larger_than_a_read_chunk_are_read_whole_and_in_order() {
     let dir = tempfile::tempdir().unwrap();
