@@ -1398,10 +1398,7 @@ async fn deferred_leader_appends_are_written_by_their_waiters_and_when_dropped()
                 let mut sent = Vec::new();
                 for j in 0..40u64 {
                     let bytes = batch(task * 1000 + j, (j % 3 + 1) as usize, 200);
-                    let ticket = log
-                        .append_deferred(bytes.clone())
-                        .await
-                        .expect("accepted");
+                    let ticket = log.append_deferred(bytes.clone()).await.expect("accepted");
                     sent.push(Sent {
                         base: ticket.base_offset,
                         last: ticket.last_offset,
