@@ -71,20 +71,17 @@ impl LogOp {
             key: OP.to_owned(),
             value: Some(Bytes::from_static(c)),
         };
+        // A snapshot copy is written as a put with a mark (`SNAPSHOT`), so a reader that
+        // does not know the mark replays it as the put it is.
+        let snapshot = matches!(self, LogOp::Snapshot { .. });
         let (key, value, headers) = match self {
             LogOp::Put {
                 key,
                 value,
                 version,
                 expires_at,
-            } => {
-                let mut h = vec![op(b"p"), u64h(VERSION, version)];
-                if let Some(x) = expires_at {
-                    h.push(u64h(EXPIRES, x));
-                }
-                (Some(key), Some(value), h)
             }
-            LogOp::Snapshot {
+            | LogOp::Snapshot {
                 key,
                 value,
                 version,
@@ -94,10 +91,12 @@ impl LogOp {
                 if let Some(x) = expires_at {
                     h.push(u64h(EXPIRES, x));
                 }
-                h.push(Header {
-                    key: SNAPSHOT.to_owned(),
-                    value: Some(Bytes::from_static(b"1")),
-                });
+                if snapshot {
+                    h.push(Header {
+                        key: SNAPSHOT.to_owned(),
+                        value: Some(Bytes::from_static(b"1")),
+                    });
+                }
                 (Some(key), Some(value), h)
             }
             LogOp::Delete {

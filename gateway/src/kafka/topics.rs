@@ -68,6 +68,19 @@ pub fn topic_id(tenant: &str, namespace: &str, name: &str) -> Uuid {
     Uuid::from_u128(id.max(1))
 }
 
+/// The durable streams of the scope's namespace (its Kafka topics) and their partition
+/// counts; none when the namespace cannot be read.
+pub fn durable_topics(kafka: &Kafka, scope: &Scope) -> Vec<(String, u32)> {
+    kafka
+        .broker
+        .stream_shapes(&scope.tenant, &scope.namespace)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.durable)
+        .map(|s| (s.name, s.shards))
+        .collect()
+}
+
 /// Kafka's topic-name rule intersected with Felix's stream-name rule.
 pub fn valid_topic_name(name: &str) -> bool {
     !name.is_empty()

@@ -2,6 +2,7 @@
 //! commit: what a running log promises its callers.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use felix_hot::{FsyncPolicy, LogConfig, LogError, RetentionPolicy, ShardLog};
@@ -1308,6 +1309,39 @@ async fn concurrent_appends_get_unique_dense_offsets_in_each_senders_order() {
     assert_eq!(by_base.len(), everything.len());
 }
 
+/// What the deferred-append tests' tasks `run` sent, by offset, once every append is
+/// committed — also those whose tickets were dropped — with offsets unique and dense; and
+/// the log's end.
+async fn all_committed_densely(
+    log: &ShardLog,
+    run: impl std::future::Future<Output = Vec<Sent>>,
+) -> (Vec<Sent>, u64) {
+    let mut everything = tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("every awaited deferred append commits");
+    everything.sort_by_key(|s| s.base);
+    let mut next = 0;
+    for s in &everything {
+        assert_eq!(s.base, next, "offsets are unique and dense");
+        next = s.last + 1;
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || log.committed_offset() == next).await,
+        "the appends whose tickets were dropped are written too: committed {} of {next}",
+        log.committed_offset()
+    );
+    (everything, next)
+}
+
+/// `log` holds `everything`, and so does the log reopened from `dir`, ending at `next`.
+async fn holds_all_after_reopen(dir: &Path, log: ShardLog, everything: &[Sent], next: u64) {
+    assert_log_holds(&log, everything, 64 * 1024, -1);
+    drop(log);
+    let log = ShardLog::open(dir, small_segments(16 * 1024)).unwrap();
+    assert_eq!(log.next_offset(), next, "a reopened log holds every append");
+    assert_log_holds(&log, everything, 64 * 1024, -1);
+}
+
 /// Deferred appends (`append_if_deferred`), made as a cache shard makes its changes:
 /// accepted in turn under the caller's lock, waited for outside it, where the waiter
 /// writes the queue itself. Every accepted append is committed, densely and in order —
@@ -1357,29 +1391,12 @@ async fn deferred_appends_are_written_by_their_waiters_densely_across_rolls_and_
         }
         all
     };
-    let mut everything = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("every awaited deferred append commits");
-    everything.sort_by_key(|s| s.base);
-    let mut next = 0;
-    for s in &everything {
-        assert_eq!(s.base, next, "offsets are unique and dense");
-        next = s.last + 1;
-    }
-    assert!(
-        eventually(Duration::from_secs(10), || log.committed_offset() == next).await,
-        "the appends whose tickets were dropped are written too: committed {} of {next}",
-        log.committed_offset()
-    );
+    let (everything, next) = all_committed_densely(&log, run).await;
     assert!(
         log.sealed_segments().len() > 2,
         "the appends rolled segments"
     );
-    assert_log_holds(&log, &everything, 64 * 1024, -1);
-    drop(log);
-    let log = ShardLog::open(dir.path(), small_segments(16 * 1024)).unwrap();
-    assert_eq!(log.next_offset(), next, "a reopened log holds every append");
-    assert_log_holds(&log, &everything, 64 * 1024, -1);
+    holds_all_after_reopen(dir.path(), log, &everything, next).await;
 }
 
 /// Deferred leader appends (`append_deferred`), made as a consumer group's journal makes
@@ -1421,25 +1438,8 @@ async fn deferred_leader_appends_are_written_by_their_waiters_and_when_dropped()
         }
         all
     };
-    let mut everything = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("every awaited deferred append commits");
-    everything.sort_by_key(|s| s.base);
-    let mut next = 0;
-    for s in &everything {
-        assert_eq!(s.base, next, "offsets are unique and dense");
-        next = s.last + 1;
-    }
-    assert!(
-        eventually(Duration::from_secs(10), || log.committed_offset() == next).await,
-        "the appends whose tickets were dropped are written too: committed {} of {next}",
-        log.committed_offset()
-    );
-    assert_log_holds(&log, &everything, 64 * 1024, -1);
-    drop(log);
-    let log = ShardLog::open(dir.path(), small_segments(16 * 1024)).unwrap();
-    assert_eq!(log.next_offset(), next, "a reopened log holds every append");
-    assert_log_holds(&log, &everything, 64 * 1024, -1);
+    let (everything, next) = all_committed_densely(&log, run).await;
+    holds_all_after_reopen(dir.path(), log, &everything, next).await;
 }
 
 #[tokio::test]

@@ -96,6 +96,25 @@ impl MetaState {
             .ok_or_else(|| CommandError::Invalid(format!("shard {shard} is not placed yet")))
     }
 
+    /// Whether broker `to` may take a new replica of `shard`, whose replicas are `replicas`:
+    /// a registered broker, alive, not draining, holding none of it yet.
+    fn check_destination(
+        &self,
+        shard: &ShardKey,
+        replicas: &[u64],
+        to: u64,
+    ) -> Result<(), CommandError> {
+        if replicas.contains(&to) {
+            return invalid(format!("broker {to} already holds a replica of {shard}"));
+        }
+        match self.brokers.get(&to) {
+            None => Err(missing("broker", to.to_string())),
+            Some(b) if !b.alive => invalid(format!("broker {to} is not alive")),
+            Some(b) if b.draining => invalid(format!("broker {to} is draining")),
+            Some(_) => Ok(()),
+        }
+    }
+
     fn start_move(
         &mut self,
         shard: &ShardKey,
@@ -114,15 +133,7 @@ impl MetaState {
         if !p.replicas.contains(&from) {
             return invalid(format!("broker {from} holds no replica of {shard}"));
         }
-        if p.replicas.contains(&to) {
-            return invalid(format!("broker {to} already holds a replica of {shard}"));
-        }
-        match self.brokers.get(&to) {
-            None => return Err(missing("broker", to.to_string())),
-            Some(b) if !b.alive => return invalid(format!("broker {to} is not alive")),
-            Some(b) if b.draining => return invalid(format!("broker {to} is draining")),
-            Some(_) => {}
-        }
+        self.check_destination(shard, &p.replicas, to)?;
         let generation = p.generation;
         let p = self.placements.get_mut(shard).expect("checked above");
         if ephemeral {
@@ -255,15 +266,7 @@ impl MetaState {
                 p.replicas.len()
             ));
         }
-        if p.replicas.contains(&to) {
-            return invalid(format!("broker {to} already holds a replica of {shard}"));
-        }
-        match self.brokers.get(&to) {
-            None => return Err(missing("broker", to.to_string())),
-            Some(b) if !b.alive => return invalid(format!("broker {to} is not alive")),
-            Some(b) if b.draining => return invalid(format!("broker {to} is draining")),
-            Some(_) => {}
-        }
+        self.check_destination(shard, &p.replicas, to)?;
         let p = self.placements.get_mut(shard).expect("checked above");
         p.replicas.push(to);
         p.moving = Some(ShardMove { from: to, to });

@@ -22,6 +22,7 @@ use crate::groups::kafka_offsets::{KafkaOffset, OffsetsOp, ShardOutcome};
 use crate::kafka::Kafka;
 use crate::kafka::offsets::OffsetKey;
 use crate::kafka::scope::Scope;
+use crate::kafka::topics::durable_topics;
 
 /// An operation's outcome on one partition.
 type Outcome = (i32, Result<Option<KafkaOffset>, ResponseError>);
@@ -130,18 +131,6 @@ pub(super) async fn fetch(
     out
 }
 
-/// The durable topics of the scope's namespace and their partition counts.
-fn topics(kafka: &Kafka, scope: &Scope) -> Vec<(String, u32)> {
-    kafka
-        .broker
-        .stream_shapes(&scope.tenant, &scope.namespace)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|s| s.durable)
-        .map(|s| (s.name, s.shards))
-        .collect()
-}
-
 /// Every committed offset of `group` in the namespace, on the topics `visible` allows:
 /// topic → partition → offset. Refused if a partition's home cannot answer now.
 pub(super) async fn fetch_all(
@@ -151,7 +140,7 @@ pub(super) async fn fetch_all(
     visible: impl Fn(&str) -> bool,
 ) -> Result<BTreeMap<String, BTreeMap<i32, KafkaOffset>>, ResponseError> {
     let mut out: BTreeMap<String, BTreeMap<i32, KafkaOffset>> = BTreeMap::new();
-    for (topic, shards) in topics(kafka, scope) {
+    for (topic, shards) in durable_topics(kafka, scope) {
         if !visible(&topic) {
             continue;
         }
@@ -188,7 +177,7 @@ pub(super) async fn delete(
 ) -> Result<usize, ResponseError> {
     let journals = || async {
         let mut deleted = 0;
-        for (topic, shards) in topics(kafka, scope) {
+        for (topic, shards) in durable_topics(kafka, scope) {
             let op = OffsetsOp::Delete {
                 shards: (0..shards).collect(),
             };

@@ -52,7 +52,7 @@ use uuid::Uuid;
 
 use super::Kafka;
 use super::scope::Scope;
-use super::topics::topic_id;
+use super::topics::{durable_topics, topic_id};
 
 /// The acquisition lock of a share group Felix creates (Kafka's
 /// `group.share.record.lock.duration.ms` default).
@@ -63,13 +63,9 @@ pub const DEFAULT_DELIVERY_COUNT_LIMIT: u32 = 5;
 
 /// The durable topic of `scope` whose id is `id`: its name and partition count.
 pub(super) fn topic_by_id(kafka: &Kafka, scope: &Scope, id: Uuid) -> Option<(String, u32)> {
-    kafka
-        .broker
-        .stream_shapes(&scope.tenant, &scope.namespace)
-        .ok()?
+    durable_topics(kafka, scope)
         .into_iter()
-        .find(|s| s.durable && topic_id(&scope.tenant, &scope.namespace, &s.name) == id)
-        .map(|s| (s.name, s.shards))
+        .find(|(name, _)| topic_id(&scope.tenant, &scope.namespace, name) == id)
 }
 
 fn sb(s: &str) -> StrBytes {

@@ -24,7 +24,7 @@ use super::sb;
 use crate::groups::kafka_offsets::OffsetsOp;
 use crate::kafka::Kafka;
 use crate::kafka::scope::{On, Scope};
-use crate::kafka::topics::topic_id;
+use crate::kafka::topics::{durable_topics, topic_id};
 
 /// DescribeShareGroupOffsets.
 pub async fn describe_share_group_offsets(
@@ -39,14 +39,7 @@ pub async fn describe_share_group_offsets(
             groups.push(base.with_error_code(e.code()));
             continue;
         }
-        let shapes: Vec<(String, u32)> = kafka
-            .broker
-            .stream_shapes(&scope.tenant, &scope.namespace)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|s| s.durable)
-            .map(|s| (s.name, s.shards))
-            .collect();
+        let shapes = durable_topics(kafka, scope);
         let asked: Vec<(String, Option<Vec<i32>>)> = match g.topics {
             Some(topics) => topics
                 .into_iter()

@@ -42,7 +42,7 @@ use crate::groups::kafka_offsets::OffsetsOp;
 use crate::kafka::Kafka;
 use crate::kafka::errors::kafka_error;
 use crate::kafka::scope::{On, Scope};
-use crate::kafka::topics::topic_id;
+use crate::kafka::topics::{durable_topics, topic_id};
 
 /// Why a request, a topic or a partition is refused: its code and message.
 type Refusal = (ResponseError, String);
@@ -82,18 +82,6 @@ fn may_change(kafka: &Kafka, scope: &Scope, group: &str) -> Result<(), Refusal> 
         ));
     }
     Ok(())
-}
-
-/// The namespace's durable streams (Kafka topics) and their partition counts.
-fn durable_topics(kafka: &Kafka, scope: &Scope) -> Vec<(String, u32)> {
-    kafka
-        .broker
-        .stream_shapes(&scope.tenant, &scope.namespace)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|s| s.durable)
-        .map(|s| (s.name, s.shards))
-        .collect()
 }
 
 /// The Kafka code for a shard leader's refusal: the client's to fix where it is about the
