@@ -88,9 +88,21 @@ def split(args):
     time.sleep(args.join_secs)
     # Idempotent, so a produce request retried on a slow machine cannot store a record
     # twice: what this checks is the share group's delivery, not the producer's.
-    p = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5, "enable.idempotence": True})
+    # Sent in small batches over about half a second, as records arrive from live producers:
+    # a share fetch takes whole stored batches from every partition at once, so 1,000 records
+    # sent in one burst (one stored batch per partition) could all go to whichever consumer
+    # fetched first, and "split" would test the timing of the first fetch, not the sharing.
+    p = Producer({
+        "bootstrap.servers": args.bootstrap,
+        "linger.ms": 5,
+        "batch.num.messages": 10,
+        "enable.idempotence": True,
+    })
     for i in range(args.count):
         p.produce(args.topic, key=f"k-{i}", value=f"v-{i}")
+        if i % 10 == 9:
+            p.poll(0)
+            time.sleep(0.005)
     p.flush(30)
     want = args.count - args.count // 100 - 1
     deadline = time.monotonic() + args.timeout
