@@ -17,6 +17,7 @@
 
 mod cache;
 mod fencing;
+mod group_spread;
 mod groups;
 mod pool;
 mod publish;

@@ -22,14 +22,13 @@ use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
 use felix_wire::{BatchIter, DecodedBatch, Header, Record};
 use tokio::sync::mpsc;
 
+use super::group_spread;
 use super::retry::{Backoff, Deadline, may_retry};
 use super::{Client, TryFailure};
 use crate::{ClientError, StreamKey, stream_key};
 
 /// Bytes a shard's poll asks for at most.
 const POLL_BYTES: u64 = 4 << 20;
-/// Most records a poll asks one shard for (the broker's limit).
-const MAX_PER_SHARD: u32 = 500;
 
 /// Who consumes: a group of a stream, and this consumer's name in it.
 struct Target {
@@ -425,10 +424,16 @@ impl Target {
             .collect();
         let mut found: Vec<Option<Record>> = vec![None; records.len()];
         for item in BatchIter::new(&body, usize::MAX) {
-            let (_, batch) =
+            let (header, batch) =
                 item.map_err(|(_, e)| ClientError::Protocol(format!("poll answer: {e}")))?;
-            let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
-                .map_err(|e| ClientError::Protocol(format!("poll answer: {e}")))?;
+            // The iterator has checked the batch's CRC: decoded without checking again, the
+            // records' keys and payloads slices of the answer (as a subscription's are).
+            let decoded = DecodedBatch::decode_shared_validated(
+                &body.slice_ref(batch),
+                header,
+                DEFAULT_MAX_DECOMPRESSED,
+            )
+            .map_err(|e| ClientError::Protocol(format!("poll answer: {e}")))?;
             for r in decoded.records {
                 if let Some(&i) = wanted.get(&(r.offset as u64)) {
                     found[i] = Some(r);
@@ -528,8 +533,9 @@ impl GroupConsumer {
     /// first to arrive (zero: answer with what is there now). Records claimed by a shard
     /// that answers after this returns come with the next call.
     ///
-    /// First every shard is asked without waiting, for no more records in total than asked
-    /// for (less what earlier polls still outstanding may bring); only if none has any does
+    /// First the shards are asked without waiting, each for its share of `max` (`max` over
+    /// the shards), for no more records in total than asked for (less what earlier polls
+    /// still outstanding may bring); only if none has any does
     /// the consumer park a poll on each shard, and only then can more than `max` be claimed
     /// (records arriving on several shards at once): the rest come with the next call.
     pub async fn poll(
@@ -565,28 +571,24 @@ impl GroupConsumer {
         Ok(self.ready.drain(..n).collect())
     }
 
-    /// Starts polls on the shards with none outstanding, sharing what `max` leaves after the
-    /// records ready and those outstanding polls may bring (at least one each when parking).
+    /// Starts polls on the shards with none outstanding, as [`group_spread::plan`] shares
+    /// what `max` leaves after the records ready and those outstanding polls may bring.
     fn spread(&mut self, shards: u32, max: usize, wait: Duration) {
-        let outstanding: usize = self.polling.values().map(|p| p.max as usize).sum();
-        let budget = max.saturating_sub(self.ready.len() + outstanding);
-        let idle: Vec<u32> = (0..shards)
-            .map(|i| (self.next_shard + i) % shards.max(1))
-            .filter(|s| !self.polling.contains_key(s))
-            .collect();
-        if idle.is_empty() || (budget == 0 && wait.is_zero()) {
+        let outstanding: HashMap<u32, u32> =
+            self.polling.iter().map(|(s, p)| (*s, p.max)).collect();
+        let asks = group_spread::plan(
+            shards,
+            max,
+            self.ready.len(),
+            &outstanding,
+            self.next_shard,
+            !wait.is_zero(),
+        );
+        if asks.is_empty() {
             return;
         }
         self.next_shard = self.next_shard.wrapping_add(1);
-        let each = budget.div_ceil(idle.len()).max(1);
-        let mut left = budget;
-        for shard in idle {
-            let take = if wait.is_zero() { each.min(left) } else { each };
-            if take == 0 {
-                break;
-            }
-            left = left.saturating_sub(take);
-            let take = (take as u32).min(MAX_PER_SHARD);
+        for (shard, take) in asks {
             self.polling.insert(shard, Outstanding { max: take, wait });
             let (target, tx) = (self.target.clone(), self.tx.clone());
             tokio::spawn(async move {

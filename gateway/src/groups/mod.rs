@@ -200,6 +200,7 @@ impl Broker {
             ),
             kafka: tokio::sync::Mutex::new(kafka),
             appended: AtomicU64::new(records),
+            record_bytes: AtomicU64::new(0),
             compacting: tokio::sync::Mutex::new(()),
             me: self.broker_id(),
             quorum_timeout: std::time::Duration::from_millis(

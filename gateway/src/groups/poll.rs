@@ -10,6 +10,7 @@
 //! shard's readable end and on the next redelivery time, and costs nothing meanwhile.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,7 +18,7 @@ use felix_meta::model::{Group, GroupStart};
 use felix_wire::groups::ClaimedMeta;
 use felix_wire::protocol::{ErrorBody, codes};
 use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
-use felix_wire::{BatchBuilder, BatchHeader, BatchIter, Compression, DecodedBatch, Record};
+use felix_wire::{BatchBuilder, BatchHeader, Compression, DecodedBatch, HeaderIter, Record};
 use tokio::time::Instant;
 
 use super::cursor::{Cursor, Event};
@@ -32,9 +33,9 @@ pub const MAX_POLL_RECORDS: u32 = 500;
 pub const MAX_POLL_WAIT_MS: u64 = 5 * 60 * 1000;
 /// Bytes a poll reads when it does not say.
 const DEFAULT_POLL_BYTES: u64 = 1 << 20;
-/// Bytes read from the shard at a time for new records: a poll of a few records does not
-/// read (and copy) megabytes of the log it will not hand out.
-const FETCH_CHUNK: usize = 256 << 10;
+/// Most bytes read from the shard at a time for new records: a poll of a few records does
+/// not read (and copy) megabytes of the log it will not hand out.
+pub(super) const FETCH_CHUNK: usize = 256 << 10;
 /// Reads of [`FETCH_CHUNK`] one poll makes at most.
 const FETCH_ROUNDS: usize = 16;
 /// Longest consumer name.
@@ -257,16 +258,19 @@ impl Broker {
         let mut pos = next;
         for _ in 0..FETCH_ROUNDS {
             let before = (pos, out.claims.len());
-            pos = self.read_new_once(gs, pos, limits, out, events).await?;
+            let (at, ended) = self.read_new_once(gs, pos, limits, out, events).await?;
+            pos = at;
             let full = out.claims.len() >= limits.records || out.bytes >= limits.bytes;
-            if full || pos >= gs.shard.visible_end() || (pos, out.claims.len()) == before {
+            if ended || full || pos >= gs.shard.visible_end() || (pos, out.claims.len()) == before {
                 break;
             }
         }
         Ok(pos)
     }
 
-    /// One read of [`Broker::read_new`]: at most [`FETCH_CHUNK`] bytes.
+    /// One read of [`Broker::read_new`]: at most [`FETCH_CHUNK`] bytes. Also says whether
+    /// the poll ended at a stored batch's end short of `max_records` (the next batch would
+    /// not fit whole).
     async fn read_new_once(
         &self,
         gs: &GroupShard,
@@ -274,28 +278,22 @@ impl Broker {
         limits: &Limits,
         out: &mut Handout,
         events: &mut Vec<Event>,
-    ) -> Result<u64, ErrorBody> {
+    ) -> Result<(u64, bool), ErrorBody> {
         let (max_records, max_bytes) = (limits.records, limits.bytes);
-        let read = match self
-            .fetch(
-                &gs.key,
-                next,
-                max_bytes.saturating_sub(out.bytes).clamp(1, FETCH_CHUNK),
-            )
-            .await
-        {
+        let read = match self.fetch(&gs.key, next, read_size(gs, limits, out)).await {
             Ok(read) => read,
             Err(e) if e.code == codes::OFFSET_TOO_OLD => {
                 // Retention removed records the group never had: it continues at the
                 // earliest one left.
                 let to = e.earliest_offset.unwrap_or(next);
                 events.push(Event::Skip { to });
-                return Ok(to);
+                return Ok((to, false));
             }
             Err(e) => return Err(e),
         };
+        learn_record_bytes(gs, &read.batches);
         let mut pos = next;
-        for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+        for (header, batch) in stored_batches(&read.batches) {
             let base = header.base_offset as u64;
             let batch_end = base + header.last_offset_delta as u64 + 1;
             if header.is_control() {
@@ -304,12 +302,21 @@ impl Broker {
             }
             if out.claims.len() >= max_records || (out.bytes >= max_bytes && !out.claims.is_empty())
             {
-                return Ok(pos);
+                return Ok((pos, false));
             }
             let offsets = batch_offsets(&header, batch)?;
+            let left = offsets.iter().filter(|o| **o >= pos).count();
+            let fits = out.claims.len() + left <= max_records;
+            if !fits && !out.claims.is_empty() && limits.whole_batches.is_none() {
+                // The poll ends where the last batch taken ends rather than inside this
+                // one: the batches go out as stored, never decoded and rebuilt with part
+                // of their records, and the rest of this one goes whole to the next poll.
+                // A poll that has nothing yet takes part of it (fewer records than a
+                // batch holds were asked for).
+                return Ok((pos, true));
+            }
             // A batch that would take the poll past its whole-batch bound is taken up to
             // `max_records`.
-            let left = offsets.iter().filter(|o| **o >= pos).count();
             let whole_batch = limits
                 .whole_batches
                 .is_some_and(|most| out.claims.len() + left <= most);
@@ -332,19 +339,19 @@ impl Broker {
             } else if !took.is_empty() {
                 // Part of it: only the records claimed, so a poll of fewer records than a
                 // batch holds does not send (and make the client decode) the whole batch.
-                out.add_partial(batch, &took)?;
+                out.add_partial(&read.batches.slice_ref(batch), header, &took)?;
             }
             out.claims.extend(took.iter().map(|&o| (o, 1)));
             if out.claims.len() >= max_records {
-                return Ok(pos);
+                return Ok((pos, false));
             }
             pos = pos.max(batch_end);
         }
         if read.batches.is_empty() {
             // A gap up to the readable end (nothing but removed or control records).
-            return Ok(pos.max(read.next_offset));
+            return Ok((pos.max(read.next_offset), false));
         }
-        Ok(pos)
+        Ok((pos, false))
     }
 
     /// The stored batches holding each of `offsets` (those still held in either tier):
@@ -405,7 +412,7 @@ impl Broker {
                 Err(e) if e.code == codes::OFFSET_TOO_OLD => continue,
                 Err(e) => return Err(e),
             };
-            for (header, batch) in BatchIter::new(&read.batches, usize::MAX).flatten() {
+            for (header, batch) in stored_batches(&read.batches) {
                 if !header.is_control() {
                     take(&mut found, &header, batch, &read.batches)?;
                 }
@@ -437,6 +444,41 @@ struct Limits {
     records: usize,
     bytes: usize,
     whole_batches: Option<usize>,
+}
+
+/// The batches of a shard read, with their headers: whole stored batches whose CRCs the
+/// read checked (as every read of either tier does), so here only their headers are
+/// parsed, never their CRCs computed again. Stops at anything that is not a whole batch.
+fn stored_batches(buf: &[u8]) -> impl Iterator<Item = (BatchHeader, &[u8])> {
+    HeaderIter::new(buf)
+        .map_while(Result::ok)
+        .map_while(move |(h, at)| Some((h, buf.get(at..at.checked_add(h.total_len())?)?)))
+}
+
+/// Bytes to read for the records a poll may still take: as many as the shard's latest
+/// batches stored for that many records (every batch a read returns is read from the file
+/// and its CRC checked, so reading past what the poll takes is paid for twice), at most
+/// [`FETCH_CHUNK`] and what `max_bytes` leaves; a read returns at least one whole batch.
+fn read_size(gs: &GroupShard, limits: &Limits, out: &Handout) -> usize {
+    let room = limits.bytes.saturating_sub(out.bytes).clamp(1, FETCH_CHUNK);
+    let per_record = gs.record_bytes.load(Ordering::Relaxed) as usize;
+    if per_record == 0 {
+        return room;
+    }
+    let records = limits.records.saturating_sub(out.claims.len()).max(1);
+    records.saturating_mul(per_record).clamp(1, room)
+}
+
+/// Notes the stored bytes per record of a read's batches (rounded up, so a read sized by it
+/// for a batch's records holds the whole batch).
+fn learn_record_bytes(gs: &GroupShard, batches: &[u8]) {
+    let records: u64 = stored_batches(batches)
+        .map(|(h, _)| h.records_count.max(0) as u64)
+        .sum();
+    if records > 0 {
+        let per = (batches.len() as u64).div_ceil(records);
+        gs.record_bytes.store(per, Ordering::Relaxed);
+    }
 }
 
 /// When the earliest pending record falls due (ms since the epoch).
@@ -481,9 +523,16 @@ impl Handout {
     }
 
     /// A batch re-encoded with only the records at `offsets`, a contiguous run.
-    fn add_partial(&mut self, batch: &[u8], offsets: &[u64]) -> Result<(), ErrorBody> {
-        let decoded = DecodedBatch::decode(batch, DEFAULT_MAX_DECOMPRESSED)
-            .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
+    fn add_partial(
+        &mut self,
+        batch: &Bytes,
+        header: BatchHeader,
+        offsets: &[u64],
+    ) -> Result<(), ErrorBody> {
+        // Checked by the read: decoded without computing its CRC again.
+        let decoded =
+            DecodedBatch::decode_shared_validated(batch, header, DEFAULT_MAX_DECOMPRESSED)
+                .map_err(|e| err(codes::CORRUPT_DATA, "corrupt_segment", e.to_string()))?;
         let mut b = BatchBuilder::new(Compression::None);
         for r in decoded.records {
             if offsets.contains(&(r.offset as u64)) {

@@ -47,6 +47,10 @@ pub(crate) struct GroupShard {
     /// Kafka classic groups' committed offsets on this shard ([`super::kafka_offsets`]).
     pub(super) kafka: tokio::sync::Mutex<super::kafka_journal::KafkaTable>,
     pub(super) appended: AtomicU64,
+    /// Stored bytes per record of the shard's latest batches (0: none read yet): what a
+    /// poll reads for the records it may take, so it does not read (and check) a
+    /// [`super::poll::FETCH_CHUNK`] of the log to hand out one batch.
+    pub(super) record_bytes: AtomicU64,
     /// Serializes compactions.
     pub(super) compacting: tokio::sync::Mutex<()>,
     /// This broker's id and the wait for a majority (the publish quorum timeout).

@@ -138,6 +138,7 @@ async fn consumer_groups_on_one_broker() {
     a_group_from_latest_or_an_offset_starts_there_on_every_shard(&conn, &client).await;
     an_exhausted_record_is_dead_lettered_once_with_its_headers(&conn, &client).await;
     answers_to_claims_not_held_get_stable_errors(&conn, &client).await;
+    polls_end_at_stored_batch_ends_and_hand_every_record_out_once(&conn, &client).await;
     group_metrics_count_deliveries_acks_redeliveries_and_dead_letters(&broker).await;
     felixctl_group_consume_prints_each_record_then_acks_it(&broker, &conn, &client).await;
     super::fencing::publish_if_and_commit_races_have_exactly_one_winner(&conn, &client).await;
@@ -592,6 +593,67 @@ async fn an_exhausted_record_is_dead_lettered_once_with_its_headers(
         .await
         .expect("describe");
     assert_eq!(info.shards[0].dead_lettered, 2);
+}
+
+/// Polls of few records over stored batches of ten: a poll that has a record already ends
+/// where a stored batch ends rather than inside the next one (which the broker would have to
+/// decode and rebuild with part of its records); a poll that has none takes part of a batch;
+/// and across them every record is handed out once, with its own payload, none skipped.
+async fn polls_end_at_stored_batch_ends_and_hand_every_record_out_once(
+    conn: &Connection,
+    client: &Client,
+) {
+    stream(conn, "batched", 1).await;
+    for b in 0..10 {
+        // One publish, one stored batch of ten.
+        let messages: Vec<Message> = (0..10)
+            .map(|i| Message::new(Bytes::from(format!("b-{}", b * 10 + i))))
+            .collect();
+        client
+            .publish_batch(T, NS, "batched", messages, AckMode::Batch)
+            .await
+            .expect("publish");
+    }
+    client
+        .create_group(T, NS, "batched", "g", config(30_000, 5, None))
+        .await
+        .expect("group");
+    let mut c = client.group(T, NS, "batched", "g");
+    let mut handed: Vec<GroupRecord> = Vec::new();
+    // (records asked for, the offsets handed out): one shard, so a poll asks for `max`.
+    for (max, want) in [
+        (15, 0..10),    // the second batch would not fit: ends at the first's end
+        (3, 10..13),    // nothing yet: part of a batch
+        (25, 13..30),   // the rest of that batch and the next; the one after would not fit
+        (7, 30..37),    // part again
+        (10, 37..40),   // the rest of the batch only
+        (500, 40..100), // everything left
+    ] {
+        let got = c.poll(max, Duration::ZERO).await.expect("poll");
+        let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();
+        assert_eq!(offsets, want.collect::<Vec<_>>(), "a poll of {max}");
+        handed.extend(got);
+    }
+    for r in &handed {
+        assert_eq!(r.payload, format!("b-{}", r.offset), "offset {}", r.offset);
+        assert_eq!(r.attempt, 1);
+    }
+    assert!(
+        c.poll(10, Duration::from_millis(300))
+            .await
+            .expect("poll")
+            .is_empty(),
+        "nothing handed out twice"
+    );
+    c.ack_all(&handed).await.expect("ack");
+    let info = client
+        .describe_group(T, NS, "batched", "g")
+        .await
+        .expect("describe");
+    assert_eq!(
+        (info.shards[0].acked, info.shards[0].acked_up_to),
+        (100, 100)
+    );
 }
 
 async fn answers_to_claims_not_held_get_stable_errors(conn: &Connection, client: &Client) {
