@@ -157,6 +157,12 @@ pub(crate) struct Cursor {
     pub id: u64,
     pub progress: Progress,
     pub seen: HashMap<String, i64>,
+    /// No pending record falls due, nor is to be dead-lettered, before this time (ms since
+    /// the epoch), so a poll before it need not walk the pending records (thousands with
+    /// many consumers, walked under the cursor's lock). Set by [`Cursor::rescan`]; every
+    /// event that may bring a record's time forward lowers it, or resets it to 0 (walk
+    /// them), as a new or replayed cursor has it.
+    pub quiet_until: i64,
 }
 
 /// How long a consumer counts as seen after its last request.
@@ -172,6 +178,16 @@ impl Cursor {
 
     /// Applies one event (live or replayed).
     pub(crate) fn apply(&mut self, event: &Event) {
+        self.quiet_until = match event {
+            Event::Claim { deadline_ms, .. } | Event::Extend { deadline_ms, .. } => {
+                self.quiet_until.min(*deadline_ms)
+            }
+            // Only take records away.
+            Event::Ack { .. } | Event::Retire { .. } | Event::Producer { .. } => self.quiet_until,
+            // A release (due at once for a last attempt), a reject, a dead letter begun, or
+            // a new progress: walk the records again.
+            _ => 0,
+        };
         let p = &mut self.progress;
         match event {
             Event::Skip { to } => {
@@ -266,6 +282,28 @@ impl Cursor {
                 p.next = p.next.map(|n| n.min(*to));
             }
         }
+    }
+
+    /// When the earliest pending record falls due (its claim's deadline or its release
+    /// time), noted as [`Cursor::quiet_until`]; that is 0 while a record is to be
+    /// dead-lettered already (it waits for no time).
+    pub(crate) fn rescan(&mut self, max_attempts: u32, now_ms: i64) -> Option<i64> {
+        let mut earliest: Option<i64> = None;
+        let mut settle_now = false;
+        for e in self.progress.pending.values() {
+            let at = match &e.hold {
+                Hold::Claimed { deadline_ms, .. } => *deadline_ms,
+                Hold::Released { not_before_ms } => *not_before_ms,
+            };
+            earliest = Some(earliest.map_or(at, |t| t.min(at)));
+            settle_now |= e.exhausted(max_attempts, now_ms);
+        }
+        self.quiet_until = if settle_now {
+            0
+        } else {
+            earliest.unwrap_or(i64::MAX)
+        };
+        earliest
     }
 
     /// Notes a consumer's request.
@@ -463,6 +501,44 @@ mod tests {
         assert_eq!(live.progress.sequences.get(&0), Some(&1));
         let info = live.info(0, 10, 0);
         assert_eq!((info.acked_up_to, info.in_flight, info.backlog), (2, 1, 7));
+    }
+
+    #[test]
+    fn quiet_until_is_never_later_than_the_first_record_a_poll_must_see() {
+        let mut c = Cursor::new(1);
+        assert_eq!(c.quiet_until, 0, "a new cursor walks its records");
+        c.apply(&Event::Skip { to: 0 });
+        claim(&mut c, "a", &[(0, 1), (1, 1)], 100, 2);
+        assert_eq!(c.rescan(5, 10), Some(100));
+        assert_eq!(c.quiet_until, 100);
+        claim(&mut c, "a", &[(2, 1)], 300, 3);
+        assert_eq!(c.quiet_until, 100, "a later claim keeps it");
+        c.apply(&Event::Extend {
+            offsets: vec![2],
+            deadline_ms: 40,
+        });
+        assert_eq!(c.quiet_until, 40, "a shorter extend brings it forward");
+        c.apply(&Event::Ack { offsets: vec![2] });
+        assert_eq!(c.quiet_until, 40, "an ack only takes records away");
+        c.apply(&Event::Release {
+            offsets: vec![1],
+            not_before_ms: 500,
+            reason: None,
+        });
+        assert_eq!(c.quiet_until, 0, "a release is walked at the next poll");
+        // Record 1 was nacked on its last attempt (max 1): to be dead-lettered now.
+        assert_eq!(c.rescan(1, 10), Some(100));
+        assert_eq!(c.quiet_until, 0);
+        assert_eq!(c.rescan(5, 10), Some(100));
+        assert_eq!(c.quiet_until, 100);
+        c.apply(&Event::Ack { offsets: vec![0] });
+        c.apply(&Event::Retire { offset: 1 });
+        assert_eq!(c.rescan(5, 10), None);
+        assert_eq!(
+            c.quiet_until,
+            i64::MAX,
+            "nothing pending: nothing falls due"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ use felix_wire::record::DEFAULT_MAX_DECOMPRESSED;
 use felix_wire::{BatchBuilder, BatchHeader, Compression, DecodedBatch, HeaderIter, Record};
 use tokio::time::Instant;
 
-use super::cursor::{Cursor, Event};
+use super::cursor::Event;
 use super::{GroupShard, now_ms};
 use crate::broker::Broker;
 use crate::errors::err;
@@ -153,7 +153,9 @@ impl Broker {
                     .await?,
             );
         }
-        if let Some(t) = super::dead_letter::settle(self, gs, group, &mut c, now).await {
+        // Nothing falls due before `quiet_until`: the pending records are not walked.
+        let scan = now >= c.quiet_until;
+        if scan && let Some(t) = super::dead_letter::settle(self, gs, group, &mut c, now).await {
             tickets.push(t);
         }
         let max_records = p.max_records as usize;
@@ -165,14 +167,17 @@ impl Broker {
         let max_attempts = group.settings.max_attempts;
         let mut out = Handout::default();
         let mut events = Vec::new();
-        let due: Vec<(u64, u32)> = c
-            .progress
-            .pending
-            .iter()
-            .filter(|(_, e)| e.due(now) && !e.exhausted(max_attempts, now))
-            .map(|(o, e)| (*o, e.attempts))
-            .take(max_records)
-            .collect();
+        let due: Vec<(u64, u32)> = if scan {
+            c.progress
+                .pending
+                .iter()
+                .filter(|(_, e)| e.due(now) && !e.exhausted(max_attempts, now))
+                .map(|(o, e)| (*o, e.attempts))
+                .take(max_records)
+                .collect()
+        } else {
+            Vec::new()
+        };
         if !due.is_empty() {
             let offsets: BTreeSet<u64> = due.iter().map(|(o, _)| *o).collect();
             let found = self.read_batches_at(gs, &offsets).await?;
@@ -215,7 +220,13 @@ impl Broker {
         if !events.is_empty() {
             tickets.push(gs.record(&group.name, &mut c, events).await?);
         }
-        let next_due = next_due(&c);
+        // After a walk, the next one is due when the earliest record is; else the claims
+        // just made only lowered `quiet_until` (a bound: a wait wakes no later than it).
+        let next_due = if scan {
+            c.rescan(max_attempts, now)
+        } else {
+            (c.quiet_until != i64::MAX).then_some(c.quiet_until)
+        };
         drop(c);
         for t in tickets {
             gs.written(t).await?;
@@ -479,18 +490,6 @@ fn learn_record_bytes(gs: &GroupShard, batches: &[u8]) {
         let per = (batches.len() as u64).div_ceil(records);
         gs.record_bytes.store(per, Ordering::Relaxed);
     }
-}
-
-/// When the earliest pending record falls due (ms since the epoch).
-fn next_due(c: &Cursor) -> Option<i64> {
-    c.progress
-        .pending
-        .values()
-        .map(|e| match &e.hold {
-            super::cursor::Hold::Claimed { deadline_ms, .. } => *deadline_ms,
-            super::cursor::Hold::Released { not_before_ms } => *not_before_ms,
-        })
-        .min()
 }
 
 /// The offsets of a stored batch's records: dense from its base offset (as Felix writes
