@@ -326,7 +326,7 @@ async fn serve_frame(
                 }
             }
         }
-        Request::Authenticate { token } => authenticate(&broker, &session, &token),
+        Request::Authenticate { token } => authenticate(broker, session, &token),
         Request::MintToken {
             tenant,
             subject,
@@ -492,8 +492,8 @@ async fn serve_frame(
             session.subscriptions.fetch_add(1, Ordering::AcqRel);
             serve_subscription(
                 send,
-                &broker,
-                &session,
+                broker,
+                session,
                 credential,
                 &tenant,
                 &namespace,
@@ -550,18 +550,18 @@ async fn serve_frame(
             },
             Err(e) => Response::Error(e),
         },
-        Request::Cluster(request) => match crate::moves::admin::serve(&broker, request).await {
+        Request::Cluster(request) => match crate::moves::admin::serve(broker, request).await {
             Ok(answer) => Response::Cluster(answer),
             Err(e) => Response::Error(e),
         },
         Request::Cache(request) => {
             if matches!(request, felix_wire::cache::CacheRequest::Watch { .. }) {
-                crate::cache::watch::serve_watch(send, &broker, credential, request).await;
+                crate::cache::watch::serve_watch(send, broker, credential, request).await;
                 return Served::Done;
             }
             let token = credential.map(Credential::token);
             let (response, body) =
-                crate::cache::requests::serve(&broker, request, frame.body, token, false).await;
+                crate::cache::requests::serve(broker, request, frame.body, token, false).await;
             let frame = Frame::new(FrameKind::Response, &response, body);
             let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
             let written = send.write_all_chunks(&mut chunks).await.is_ok();
@@ -572,7 +572,7 @@ async fn serve_frame(
             // a poll's answer carries its records as a body.
             let stopped = send.stopped();
             let (response, body) = tokio::select! {
-                answer = crate::groups::requests::serve(&broker, request) => answer,
+                answer = crate::groups::requests::serve(broker, request) => answer,
                 _ = stopped => return Served::Done,
             };
             let frame = Frame::new(FrameKind::Response, &response, body);
