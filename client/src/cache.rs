@@ -543,7 +543,7 @@ impl Connection {
     ) -> Result<(CacheResponse, Bytes), ClientError> {
         let request = Request::Cache(request);
         match self
-            .call_with_body(&request, body, self.request_timeout())
+            .call_cache(&request, body, self.request_timeout())
             .await?
         {
             (Response::Cache(r), body) => Ok((r, body)),

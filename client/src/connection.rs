@@ -45,6 +45,8 @@ struct Inner {
     shard_counts: Mutex<HashMap<StreamKey, u32>>,
     /// Picks the shard of each call's key-less messages.
     round_robin: AtomicU32,
+    /// Request streams kept open for the next cache request (`REUSED_STREAMS`).
+    idle: crate::reuse::IdleStreams,
 }
 
 impl std::fmt::Debug for Connection {
@@ -198,6 +200,7 @@ impl Connection {
                 // Each client starts its rotation somewhere else, so short-lived clients
                 // (one felixctl run each) do not all pile onto shard 0.
                 round_robin: AtomicU32::new(round_robin_seed()),
+                idle: Default::default(),
             }),
             compression: config.compression,
         })
@@ -323,6 +326,28 @@ impl Connection {
     ) -> Result<(Response, Bytes), request::Failed> {
         request::call_with_body(
             &self.inner.conn,
+            request,
+            body,
+            self.inner.max_frame,
+            timeout,
+        )
+        .await
+    }
+
+    /// A cache request and its answer's body, within `timeout`: on a reused stream when
+    /// the broker agreed to `REUSED_STREAMS`, else on a stream of its own.
+    pub(crate) async fn call_cache(
+        &self,
+        request: &Request,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<(Response, Bytes), request::Failed> {
+        if !self.has_feature(features::REUSED_STREAMS) {
+            return self.call_with_body(request, body, timeout).await;
+        }
+        crate::reuse::call_reusing(
+            &self.inner.conn,
+            &self.inner.idle,
             request,
             body,
             self.inner.max_frame,

@@ -189,6 +189,7 @@ mod idempotent;
 mod parse;
 mod publish;
 mod request;
+mod reuse;
 mod subscription;
 pub mod tls;
 

@@ -109,7 +109,7 @@ pub(crate) async fn read_response(
     parse_response(&frame)
 }
 
-fn parse_response(frame: &Frame) -> Result<Response, ClientError> {
+pub(crate) fn parse_response(frame: &Frame) -> Result<Response, ClientError> {
     if frame.kind != FrameKind::Response {
         return Err(ClientError::Protocol(format!(
             "expected a response frame, got {:?}",
@@ -208,7 +208,7 @@ pub(crate) async fn call_with_body(
 
 /// A timed exchange's outcome: its answer, or why not and whether the request was sent
 /// (running out of time is [`ClientError::Timeout`], its outcome unknown once sent).
-fn settle<T>(
+pub(crate) fn settle<T>(
     result: Result<Result<T, ClientError>, tokio::time::error::Elapsed>,
     sent: bool,
 ) -> Result<T, Failed> {

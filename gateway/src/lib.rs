@@ -76,6 +76,7 @@ pub mod publish_gate;
 pub mod pull;
 pub mod quota;
 pub mod replication;
+pub(crate) mod request_frames;
 pub mod retention;
 pub mod routing;
 pub mod segment_repair;

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use bytes::Bytes;
 use felix_wire::HeaderIter;
 use felix_wire::protocol::{
-    AckMode, ErrorBody, Event, Frame, FrameError, FrameKind, PROTOCOL_VERSION, Request, Response,
-    codes, features,
+    AckMode, ErrorBody, Event, Frame, FrameKind, PROTOCOL_VERSION, Request, Response, codes,
+    features,
 };
 use tokio::sync::watch;
 use tracing::debug;
@@ -25,6 +25,7 @@ use crate::broker::Broker;
 use crate::metrics::{Metrics, TenantAction};
 use crate::publish::Publisher;
 use crate::publish_gate::{AnswersOwed, too_many_owed};
+use crate::request_frames::{FrameReader, ReadError};
 use crate::subscription::SubEvent;
 
 /// Accepts connections until `shutdown` turns true.
@@ -120,46 +121,6 @@ async fn handle_connection(incoming: quinn::Incoming, broker: Arc<Broker>) {
     }
 }
 
-enum ReadError {
-    /// The peer went away or reset the stream: nothing to answer.
-    Gone,
-    Frame(FrameError),
-}
-
-async fn read_frame(recv: &mut quinn::RecvStream, max: usize) -> Result<Frame, ReadError> {
-    let mut len = [0u8; 4];
-    recv.read_exact(&mut len)
-        .await
-        .map_err(|_| ReadError::Gone)?;
-    let n = u32::from_be_bytes(len) as usize;
-    if n > max {
-        return Err(ReadError::Frame(FrameError::TooLarge { len: n, max }));
-    }
-    // Chunks are appended as they arrive (no zeroed buffer to overwrite), and the frame's
-    // body is a slice of this buffer (no second copy of a publish's batches).
-    let mut buf = Vec::with_capacity(4 + n);
-    buf.extend_from_slice(&len);
-    // Many chunks per call: each call takes the connection's lock, which its driver holds
-    // while it decrypts, so taking it once per chunk (one packet's payload) contends at
-    // every packet. A request stream carries one frame and nothing reads it afterwards, so
-    // whatever a client sends past the frame is dropped here.
-    let mut chunks: [Bytes; 32] = Default::default();
-    while buf.len() < 4 + n {
-        match recv.read_chunks(&mut chunks).await {
-            Ok(Some(count)) => {
-                for chunk in &chunks[..count] {
-                    let want = (4 + n - buf.len()).min(chunk.len());
-                    buf.extend_from_slice(&chunk[..want]);
-                }
-            }
-            Ok(None) | Err(_) => return Err(ReadError::Gone),
-        }
-    }
-    Frame::decode_shared(&Bytes::from(buf), max)
-        .map(|(f, _)| f)
-        .map_err(ReadError::Frame)
-}
-
 async fn respond(send: &mut quinn::SendStream, response: &Response) -> bool {
     let frame = Frame::new(FrameKind::Response, response, Bytes::new());
     send.write_all(&frame.encode()).await.is_ok()
@@ -178,44 +139,93 @@ fn count_records(buf: &[u8]) -> u64 {
         .sum()
 }
 
+/// Serves one request stream: its request, or, on a connection that agreed to
+/// `features::REUSED_STREAMS`, each frame in turn while the client keeps the stream open
+/// after cache operations (`request_frames.rs`).
 async fn handle_stream(
     mut send: quinn::SendStream,
-    mut recv: quinn::RecvStream,
+    recv: quinn::RecvStream,
     broker: Arc<Broker>,
     session: Arc<Session>,
 ) {
     let max = broker.max_frame_bytes();
-    let frame = match read_frame(&mut recv, max).await {
-        Ok(f) => f,
-        Err(ReadError::Gone) => return,
-        Err(ReadError::Frame(e)) => {
-            broker.metrics().frames_rejected.inc();
-            let (code, reason) = match e {
-                FrameError::TooLarge { .. } => (codes::FRAME_TOO_LARGE, "frame_too_large"),
-                _ => (codes::BAD_REQUEST, "malformed_frame"),
-            };
-            let _ = recv.stop(0u32.into());
-            respond(&mut send, &error(code, reason, e.to_string())).await;
-            let _ = send.finish();
-            return;
+    let mut frames = FrameReader::new(recv);
+    loop {
+        let reusing = session.features.load(Ordering::Acquire) & features::REUSED_STREAMS != 0;
+        let frame = match frames.next(max).await {
+            Ok(f) => f,
+            // The client finished its side after its last request (a stream that ends
+            // before its first frame has nothing to answer either).
+            Err(ReadError::Ended) => {
+                let _ = send.finish();
+                return;
+            }
+            Err(ReadError::Gone) => return,
+            Err(ReadError::TooLarge(e)) => {
+                broker.metrics().frames_rejected.inc();
+                frames.stop();
+                let e = error(codes::FRAME_TOO_LARGE, "frame_too_large", e.to_string());
+                respond(&mut send, &e).await;
+                let _ = send.finish();
+                return;
+            }
+            // Read whole: on a reused stream the next frame follows it.
+            Err(ReadError::Malformed(e)) => {
+                broker.metrics().frames_rejected.inc();
+                let e = error(codes::BAD_REQUEST, "malformed_frame", e.to_string());
+                if respond(&mut send, &e).await && reusing {
+                    continue;
+                }
+                let _ = send.finish();
+                return;
+            }
+        };
+        match serve_frame(&mut send, frame, &broker, &session, reusing).await {
+            Served::Open => continue,
+            Served::Done => {
+                let _ = send.finish();
+                return;
+            }
         }
-    };
+    }
+}
+
+/// What a stream is good for after a request was served.
+enum Served {
+    /// Answered, and the stream stays open for the client's next request.
+    Open,
+    /// The stream's work is over: its send side is finished.
+    Done,
+}
+
+fn open_if(open: bool) -> Served {
+    if open { Served::Open } else { Served::Done }
+}
+
+/// Serves one request frame; `reusing`: the connection agreed to `REUSED_STREAMS`, so a
+/// cache operation's stream stays open after its answer.
+async fn serve_frame(
+    send: &mut quinn::SendStream,
+    frame: Frame,
+    broker: &Arc<Broker>,
+    session: &Arc<Session>,
+    reusing: bool,
+) -> Served {
     let request: Request = match (frame.kind, frame.header::<Request>()) {
         (FrameKind::Request, Ok(r)) => r,
         (FrameKind::Request, Err(e)) => {
             broker.metrics().frames_rejected.inc();
             respond(
-                &mut send,
+                send,
                 &error(codes::BAD_REQUEST, "malformed_request", e.to_string()),
             )
             .await;
-            let _ = send.finish();
-            return;
+            return open_if(reusing);
         }
         (kind, _) => {
             broker.metrics().frames_rejected.inc();
             respond(
-                &mut send,
+                send,
                 &error(
                     codes::BAD_REQUEST,
                     "malformed_request",
@@ -223,13 +233,18 @@ async fn handle_stream(
                 ),
             )
             .await;
-            let _ = send.finish();
-            return;
+            return open_if(reusing);
         }
     };
+    // A refusal of a cache operation keeps a reused stream open as its answer would.
+    let open_after = open_if(
+        reusing
+            && matches!(&request, Request::Cache(r)
+                if !matches!(r, felix_wire::cache::CacheRequest::Watch { .. })),
+    );
     if !matches!(request, Request::Hello { .. }) && !session.hello.load(Ordering::Acquire) {
         respond(
-            &mut send,
+            send,
             &error(
                 codes::BAD_REQUEST,
                 "hello_required",
@@ -237,8 +252,7 @@ async fn handle_stream(
             ),
         )
         .await;
-        let _ = send.finish();
-        return;
+        return open_after;
     }
     // Authorization comes before any work (docs/security.md): a refused request changes
     // nothing and is not counted against the connection's publish answers.
@@ -250,9 +264,8 @@ async fn handle_stream(
     };
     if checking && let Err(e) = check_for(&request).run(broker.access(), credential.as_deref()) {
         broker.metrics().auth_refused(&e.reason);
-        respond(&mut send, &Response::Error(e)).await;
-        let _ = send.finish();
-        return;
+        respond(send, &Response::Error(e)).await;
+        return open_after;
     }
     let credential = credential.as_deref();
     // An acked publish owes an answer from here until it is written (`_owed` is dropped at
@@ -270,9 +283,8 @@ async fn handle_stream(
                             action: "rejected".into(),
                         })
                         .inc();
-                    respond(&mut send, &Response::Error(too_many_owed(tenant))).await;
-                    let _ = send.finish();
-                    return;
+                    respond(send, &Response::Error(too_many_owed(tenant))).await;
+                    return Served::Done;
                 }
             }
         }
@@ -314,7 +326,7 @@ async fn handle_stream(
                 }
             }
         }
-        Request::Authenticate { token } => authenticate(&broker, &session, &token),
+        Request::Authenticate { token } => authenticate(broker, session, &token),
         Request::MintToken {
             tenant,
             subject,
@@ -479,9 +491,9 @@ async fn handle_stream(
                 session.features.load(Ordering::Acquire) & features::SUBSCRIPTION_LAGGED != 0;
             session.subscriptions.fetch_add(1, Ordering::AcqRel);
             serve_subscription(
-                &mut send,
-                &broker,
-                &session,
+                send,
+                broker,
+                session,
                 credential,
                 &tenant,
                 &namespace,
@@ -492,8 +504,7 @@ async fn handle_stream(
             )
             .await;
             session.subscriptions.fetch_sub(1, Ordering::AcqRel);
-            let _ = send.finish();
-            return;
+            return Served::Done;
         }
         Request::ProducerInit {} => match broker.producer_init().await {
             Ok((producer_id, epoch)) => Response::ProducerId { producer_id, epoch },
@@ -539,42 +550,39 @@ async fn handle_stream(
             },
             Err(e) => Response::Error(e),
         },
-        Request::Cluster(request) => match crate::moves::admin::serve(&broker, request).await {
+        Request::Cluster(request) => match crate::moves::admin::serve(broker, request).await {
             Ok(answer) => Response::Cluster(answer),
             Err(e) => Response::Error(e),
         },
         Request::Cache(request) => {
             if matches!(request, felix_wire::cache::CacheRequest::Watch { .. }) {
-                crate::cache::watch::serve_watch(&mut send, &broker, credential, request).await;
-                let _ = send.finish();
-                return;
+                crate::cache::watch::serve_watch(send, broker, credential, request).await;
+                return Served::Done;
             }
             let token = credential.map(Credential::token);
             let (response, body) =
-                crate::cache::requests::serve(&broker, request, frame.body, token, false).await;
+                crate::cache::requests::serve(broker, request, frame.body, token, false).await;
             let frame = Frame::new(FrameKind::Response, &response, body);
             let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
-            let _ = send.write_all_chunks(&mut chunks).await;
-            let _ = send.finish();
-            return;
+            let written = send.write_all_chunks(&mut chunks).await.is_ok();
+            return open_if(written && reusing);
         }
         Request::Group(request) => {
             // A client that goes away ends its parked poll (which then claims nothing);
             // a poll's answer carries its records as a body.
             let stopped = send.stopped();
             let (response, body) = tokio::select! {
-                answer = crate::groups::requests::serve(&broker, request) => answer,
-                _ = stopped => return,
+                answer = crate::groups::requests::serve(broker, request) => answer,
+                _ = stopped => return Served::Done,
             };
             let frame = Frame::new(FrameKind::Response, &response, body);
             let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
             let _ = send.write_all_chunks(&mut chunks).await;
-            let _ = send.finish();
-            return;
+            return Served::Done;
         }
     };
-    respond(&mut send, &response).await;
-    let _ = send.finish();
+    respond(send, &response).await;
+    Served::Done
 }
 
 /// `Authenticate`: a fresh token replaces the connection's; a bad one leaves it as it was.

@@ -16,6 +16,7 @@ mod broker {
     mod cache;
     mod cache_compaction;
     mod cache_staged;
+    mod cache_streams;
     mod cache_watch;
     mod cluster;
     mod cold_replay;

@@ -32,8 +32,12 @@ pub mod features {
     pub const SUBSCRIPTION_LAGGED: u64 = 1 << 0;
     /// Idempotent producers: `ProducerInit` and sequenced publishes.
     pub const IDEMPOTENT_PRODUCER: u64 = 1 << 1;
+    /// Reused request streams: after answering a cache operation (any but a watch) the
+    /// broker keeps the stream open and reads the client's next request frame from it,
+    /// answering each in turn, instead of ending the stream after one answer.
+    pub const REUSED_STREAMS: u64 = 1 << 2;
     /// Every feature this build implements.
-    pub const ALL: u64 = SUBSCRIPTION_LAGGED | IDEMPOTENT_PRODUCER;
+    pub const ALL: u64 = SUBSCRIPTION_LAGGED | IDEMPOTENT_PRODUCER | REUSED_STREAMS;
 }
 
 /// What kind of frame this is.

@@ -34,9 +34,12 @@ impl Client {
         let request = &request;
         let body = &body;
         let answer = self
-            .on_any_broker(idempotent, &self.budget(), None, |c: Connection| async move {
-                c.call_with_body(request, body.clone(), timeout).await
-            })
+            .on_any_broker(
+                idempotent,
+                &self.budget(),
+                None,
+                |c: Connection| async move { c.call_cache(request, body.clone(), timeout).await },
+            )
             .await?;
         match answer {
             (Response::Cache(r), body) => Ok((r, body)),
@@ -66,7 +69,7 @@ impl Client {
         let shard = felix_wire::murmur2::shard_for_key(key.as_bytes(), shards);
         let (owner, _) = self.leader_client(&stream, shard, &deadline).await.ok()?;
         match owner
-            .call_with_body(request, body.clone(), self.inner.config.request_timeout)
+            .call_cache(request, body.clone(), self.inner.config.request_timeout)
             .await
         {
             Ok((Response::Cache(r), body)) => Some(Ok((r, body))),

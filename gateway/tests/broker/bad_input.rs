@@ -23,13 +23,13 @@ const SHARDS: u32 = 2;
 const MAX_BATCH: usize = 64 * 1024;
 
 /// A QUIC connection that speaks frames byte by byte, bypassing felix-client.
-struct RawConnection {
+pub(super) struct RawConnection {
     _endpoint: quinn::Endpoint,
-    conn: quinn::Connection,
+    pub(super) conn: quinn::Connection,
 }
 
 impl RawConnection {
-    async fn connect(addr: SocketAddr) -> RawConnection {
+    pub(super) async fn connect(addr: SocketAddr) -> RawConnection {
         let config = felix_client::tls::client_config("127.0.0.1", addr.ip(), None, false)
             .expect("client TLS config for a loopback broker");
         let endpoint =
@@ -68,14 +68,19 @@ impl RawConnection {
     }
 
     async fn hello(&self) {
+        self.hello_as(None, features::ALL).await;
+    }
+
+    /// Says hello with `token`, offering `offered`; the features the broker agreed to.
+    pub(super) async fn hello_as(&self, token: Option<String>, offered: u64) -> u64 {
         let hello = Request::Hello {
-            token: None,
+            token,
             version: PROTOCOL_VERSION,
-            features: features::ALL,
+            features: offered,
             client: "raw-test".into(),
         };
         match self.request(&hello, Bytes::new()).await {
-            Response::HelloOk { .. } => {}
+            Response::HelloOk { features, .. } => features,
             other => panic!("hello answered {other:?}"),
         }
     }
