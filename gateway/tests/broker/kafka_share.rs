@@ -1050,7 +1050,8 @@ fn assert_split(
 /// progress replicated with each shard): the group's coordinator is one broker, the
 /// partitions are led by several, and each ShareFetch goes to a partition's leader, whose
 /// Felix group state serves it. Two consumers still accept each record exactly once, and
-/// dead letters (published across brokers) land once. Then, on the same cluster, a classic
+/// dead letters (published across brokers) land once. The group's coordinator-only
+/// requests sent to another broker get `NOT_COORDINATOR`. Then, on the same cluster, a classic
 /// group outlives its coordinator's broker (`kafka_group_failover.rs`, the last step: it
 /// kills a broker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1118,6 +1119,12 @@ async fn share_consumers_on_a_cluster_fetch_from_each_partition_leader() {
     )
     .await;
     assert_split(&out, "spread", COUNT, false);
+    super::kafka_share_offsets::share_group_requests_to_a_broker_not_coordinating_the_group_get_not_coordinator(
+        &cluster.brokers,
+        "spread",
+        "billing",
+    )
+    .await;
     super::kafka_group_failover::classic_group_resumes_from_its_commits_after_its_coordinator_is_killed(
         &mut cluster,
         &client,
