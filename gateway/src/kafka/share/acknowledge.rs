@@ -23,7 +23,7 @@ use kafka_protocol::messages::share_acknowledge_response::{
 };
 use kafka_protocol::messages::{ShareAcknowledgeRequest, ShareAcknowledgeResponse};
 
-use super::session::{Held, Session};
+use super::session::{HeldRecords, Session};
 use super::{sb, topic_by_id};
 use crate::broker::Broker;
 use crate::groups::answers::{Answer, Answering, MAX_ANSWER_RECORDS};
@@ -108,14 +108,14 @@ fn expand(batches: &[Batch]) -> Result<BTreeMap<i8, Vec<u64>>, Refusal> {
 pub(super) async fn apply(
     to: &Target<'_>,
     batches: &[Batch],
-    held: &mut BTreeMap<u64, Held>,
+    held: &mut HeldRecords,
 ) -> Result<(), Refusal> {
     let by_type = expand(batches)?;
     let mut not_held = Vec::new();
     for (t, offsets) in by_type {
         let mut claims = Vec::with_capacity(offsets.len());
         for o in offsets {
-            match held.remove(&o) {
+            match held.remove(o) {
                 Some(h) => claims.push(ClaimRef {
                     offset: o,
                     attempt: h.attempt,
@@ -206,8 +206,8 @@ pub(super) async fn release_all(
         };
         let claims: Vec<ClaimRef> = held
             .iter()
-            .map(|(o, h)| ClaimRef {
-                offset: *o,
+            .map(|(offset, h)| ClaimRef {
+                offset,
                 attempt: h.attempt,
             })
             .collect();

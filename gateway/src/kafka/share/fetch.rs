@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::acknowledge::{Batch, Target, apply, release_all};
-use super::session::{Held, Partition};
+use super::session::{Held, HeldRecords, Partition};
 use super::{sb, topic_by_id};
 use crate::groups::answers::MAX_ANSWER_RECORDS;
 use crate::groups::poll::{Budget, MAX_POLL_RECORDS, Poll};
@@ -217,7 +217,7 @@ struct AckWork {
     key: Partition,
     topic: String,
     batches: Vec<Batch>,
-    held: std::collections::BTreeMap<u64, Held>,
+    held: HeldRecords,
 }
 
 /// What a fetch asks for.

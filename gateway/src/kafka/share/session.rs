@@ -36,12 +36,76 @@ pub(super) struct Held {
     pub deadline_ms: i64,
 }
 
+/// The records a member holds on one partition, kept as runs of consecutive offsets
+/// handed out as the same attempt with the same deadline (a stored batch acquired whole is
+/// one run), so acquiring and acknowledging thousands of records costs a few runs, not an
+/// entry each.
+#[derive(Debug, Default)]
+pub(super) struct HeldRecords {
+    /// First offset → (last offset, what each record of the run is held as).
+    runs: BTreeMap<u64, (u64, Held)>,
+}
+
+impl HeldRecords {
+    /// Notes `offset` held as `held` (in place of anything held there before).
+    pub fn insert(&mut self, offset: u64, held: Held) {
+        self.remove(offset);
+        let (mut first, mut last) = (offset, offset);
+        if let Some((&f, &(l, h))) = self.runs.range(..offset).next_back()
+            && l + 1 == offset
+            && h == held
+        {
+            first = f;
+        }
+        if let Some(&(l, h)) = self.runs.get(&(offset + 1))
+            && h == held
+        {
+            last = l;
+            self.runs.remove(&(offset + 1));
+        }
+        self.runs.insert(first, (last, held));
+    }
+
+    /// Takes `offset` out: what it was held as, if it was.
+    pub fn remove(&mut self, offset: u64) -> Option<Held> {
+        let (&first, &(last, held)) = self.runs.range(..=offset).next_back()?;
+        if last < offset {
+            return None;
+        }
+        if first == offset {
+            self.runs.remove(&first);
+        } else if let Some(run) = self.runs.get_mut(&first) {
+            run.0 = offset - 1;
+        }
+        if offset < last {
+            self.runs.insert(offset + 1, (last, held));
+        }
+        Some(held)
+    }
+
+    /// Forgets records whose lock lapsed by `now_ms`.
+    fn prune(&mut self, now_ms: i64) {
+        self.runs.retain(|_, (_, h)| h.deadline_ms > now_ms);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Every record held, by offset.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, Held)> + '_ {
+        self.runs
+            .iter()
+            .flat_map(|(&first, &(last, held))| (first..=last).map(move |o| (o, held)))
+    }
+}
+
 /// One member's share session on this broker.
 pub(super) struct Session {
     /// The epoch the next request must carry; `None` while no session is open.
     next_epoch: Option<i32>,
     pub partitions: BTreeSet<Partition>,
-    pub held: HashMap<Partition, BTreeMap<u64, Held>>,
+    pub held: HashMap<Partition, HeldRecords>,
     used: Instant,
 }
 
@@ -80,7 +144,7 @@ impl Session {
     /// Forgets held records whose lock lapsed: they are someone else's to answer now.
     pub fn prune(&mut self, now_ms: i64) {
         for records in self.held.values_mut() {
-            records.retain(|_, h| h.deadline_ms > now_ms);
+            records.prune(now_ms);
         }
         self.held.retain(|_, r| !r.is_empty());
     }
@@ -134,6 +198,39 @@ mod tests {
     }
 
     #[test]
+    fn held_records_are_kept_as_runs_and_answer_as_one_entry_each() {
+        let held = |attempt, deadline_ms| Held {
+            attempt,
+            deadline_ms,
+        };
+        let mut h = HeldRecords::default();
+        let mut each: BTreeMap<u64, Held> = BTreeMap::new();
+        let mut put = |h: &mut HeldRecords, o, v| {
+            h.insert(o, v);
+            each.insert(o, v);
+        };
+        for o in 10..20 {
+            put(&mut h, o, held(1, 100));
+        }
+        assert_eq!(h.runs.len(), 1, "a batch acquired whole is one run");
+        put(&mut h, 25, held(2, 100));
+        put(&mut h, 21, held(1, 100));
+        put(&mut h, 20, held(1, 100));
+        assert_eq!(h.runs.len(), 2, "20 joins 10..19 and 21: {:?}", h.runs);
+        // A record acquired again as another attempt splits its run.
+        put(&mut h, 15, held(3, 200));
+        assert_eq!(h.iter().collect::<BTreeMap<_, _>>(), each);
+        for o in [10, 14, 16, 21, 25, 26, 9, 15] {
+            assert_eq!(h.remove(o), each.remove(&o), "offset {o}");
+            assert_eq!(h.iter().collect::<BTreeMap<_, _>>(), each, "after {o}");
+        }
+        for o in 11..22 {
+            h.remove(o);
+        }
+        assert!(h.is_empty(), "{:?}", h.runs);
+    }
+
+    #[test]
     fn lapsed_locks_are_forgotten() {
         let mut s = Session::new();
         let p = (Uuid::from_u128(1), 0);
@@ -144,7 +241,7 @@ mod tests {
         s.held.entry(p).or_default().insert(5, held(100));
         s.held.entry(p).or_default().insert(6, held(300));
         s.prune(200);
-        assert_eq!(s.held[&p].keys().collect::<Vec<_>>(), vec![&6]);
+        assert_eq!(s.held[&p].iter().map(|(o, _)| o).collect::<Vec<_>>(), [6]);
         s.prune(300);
         assert!(s.held.is_empty());
     }
