@@ -114,14 +114,15 @@ pub(super) async fn apply(
     let mut not_held = Vec::new();
     for (t, offsets) in by_type {
         let mut claims = Vec::with_capacity(offsets.len());
-        for o in offsets {
-            match held.remove(o) {
-                Some(h) => claims.push(ClaimRef {
-                    offset: o,
-                    attempt: h.attempt,
-                }),
-                None => not_held.push(o),
+        // Runs of consecutive offsets (a batch of one type is one) taken out at once.
+        let mut i = 0;
+        while i < offsets.len() {
+            let mut j = i;
+            while j + 1 < offsets.len() && offsets[j + 1] == offsets[j] + 1 {
+                j += 1;
             }
+            held.take_run(offsets[i], offsets[j], &mut claims, &mut not_held);
+            i = j + 1;
         }
         if claims.is_empty() {
             continue;

@@ -198,14 +198,23 @@ pub async fn share_fetch(
         lock_ms = acquire(kafka, scope, &want, &partitions, &mut answers).await;
         for (key, a) in &answers {
             let held = session.held.entry(*key).or_default();
-            for c in &a.acquired {
-                held.insert(
-                    c.offset,
-                    Held {
-                        attempt: c.attempt,
-                        deadline_ms: c.deadline_ms,
-                    },
-                );
+            // Consecutive records acquired alike (a stored batch) are noted as one run.
+            let mut i = 0;
+            while i < a.acquired.len() {
+                let c = &a.acquired[i];
+                let mut j = i;
+                while let Some(n) = a.acquired.get(j + 1)
+                    && n.offset == a.acquired[j].offset + 1
+                    && (n.attempt, n.deadline_ms) == (c.attempt, c.deadline_ms)
+                {
+                    j += 1;
+                }
+                let as_held = Held {
+                    attempt: c.attempt,
+                    deadline_ms: c.deadline_ms,
+                };
+                held.insert_run(c.offset, a.acquired[j].offset, as_held);
+                i = j + 1;
             }
         }
     }

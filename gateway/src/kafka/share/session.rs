@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use felix_wire::groups::ClaimRef;
 use kafka_protocol::error::ResponseError;
 use uuid::Uuid;
 
@@ -50,20 +51,80 @@ impl HeldRecords {
     /// Notes `offset` held as `held` (in place of anything held there before).
     pub fn insert(&mut self, offset: u64, held: Held) {
         self.remove(offset);
-        let (mut first, mut last) = (offset, offset);
-        if let Some((&f, &(l, h))) = self.runs.range(..offset).next_back()
-            && l + 1 == offset
+        self.add(offset, offset, held);
+    }
+
+    /// Notes every record of `first..=last` held as `held` (in place of anything held
+    /// there before): a stored batch acquired whole is one call.
+    pub fn insert_run(&mut self, first: u64, last: u64, held: Held) {
+        let overlaps = self
+            .runs
+            .range(..=last)
+            .next_back()
+            .is_some_and(|(_, (l, _))| *l >= first);
+        if overlaps {
+            for offset in first..=last {
+                self.insert(offset, held);
+            }
+            return;
+        }
+        self.add(first, last, held);
+    }
+
+    /// Adds `first..=last`, which no run holds, joined to a neighbour held the same way.
+    fn add(&mut self, first: u64, last: u64, held: Held) {
+        let (mut from, mut to) = (first, last);
+        if let Some((&f, &(l, h))) = self.runs.range(..first).next_back()
+            && l + 1 == first
             && h == held
         {
-            first = f;
+            from = f;
         }
-        if let Some(&(l, h)) = self.runs.get(&(offset + 1))
+        if let Some(&(l, h)) = self.runs.get(&(last + 1))
             && h == held
         {
-            last = l;
-            self.runs.remove(&(offset + 1));
+            to = l;
+            self.runs.remove(&(last + 1));
         }
-        self.runs.insert(first, (last, held));
+        self.runs.insert(from, (to, held));
+    }
+
+    /// Takes the records of `first..=last` out: each one held goes to `claims`, named
+    /// with the attempt it was handed as, each one not held to `not_held`.
+    pub fn take_run(
+        &mut self,
+        first: u64,
+        last: u64,
+        claims: &mut Vec<ClaimRef>,
+        not_held: &mut Vec<u64>,
+    ) {
+        let start = match self.runs.range(..=first).next_back() {
+            Some((&f, &(l, _))) if l >= first => f,
+            _ => first,
+        };
+        let overlapping: Vec<(u64, (u64, Held))> = self
+            .runs
+            .range(start..=last)
+            .map(|(&f, &r)| (f, r))
+            .collect();
+        let mut next = first;
+        for (f, (l, held)) in overlapping {
+            self.runs.remove(&f);
+            if f < first {
+                self.runs.insert(f, (first - 1, held));
+            }
+            if l > last {
+                self.runs.insert(last + 1, (l, held));
+            }
+            let (from, to) = (f.max(first), l.min(last));
+            not_held.extend(next..from);
+            claims.extend((from..=to).map(|offset| ClaimRef {
+                offset,
+                attempt: held.attempt,
+            }));
+            next = to + 1;
+        }
+        not_held.extend(next..=last);
     }
 
     /// Takes `offset` out: what it was held as, if it was.
@@ -228,6 +289,65 @@ mod tests {
             h.remove(o);
         }
         assert!(h.is_empty(), "{:?}", h.runs);
+    }
+
+    #[test]
+    fn runs_taken_out_name_each_record_held_and_each_not_held() {
+        let held = |attempt| Held {
+            attempt,
+            deadline_ms: 100,
+        };
+        let mut h = HeldRecords::default();
+        h.insert_run(10, 19, held(1));
+        h.insert_run(20, 24, held(1));
+        assert_eq!(
+            h.runs.len(),
+            1,
+            "adjacent runs held alike join: {:?}",
+            h.runs
+        );
+        h.insert_run(30, 31, held(2));
+        // Overlapping an existing run: each record in place of what was there.
+        h.insert_run(18, 21, held(3));
+        let (mut claims, mut not_held) = (Vec::new(), Vec::new());
+        h.take_run(8, 12, &mut claims, &mut not_held);
+        h.take_run(17, 19, &mut claims, &mut not_held);
+        h.take_run(24, 30, &mut claims, &mut not_held);
+        let got: Vec<(u64, u32)> = claims.iter().map(|c| (c.offset, c.attempt)).collect();
+        assert_eq!(
+            got,
+            [
+                (10, 1),
+                (11, 1),
+                (12, 1),
+                (17, 1),
+                (18, 3),
+                (19, 3),
+                (24, 1),
+                (30, 2)
+            ]
+        );
+        assert_eq!(not_held, [8, 9, 25, 26, 27, 28, 29]);
+        let left: Vec<(u64, u32)> = h.iter().map(|(o, h)| (o, h.attempt)).collect();
+        assert_eq!(
+            left,
+            [
+                (13, 1),
+                (14, 1),
+                (15, 1),
+                (16, 1),
+                (20, 3),
+                (21, 3),
+                (22, 1),
+                (23, 1),
+                (31, 2)
+            ]
+        );
+        // Taken already: not held now.
+        let (mut claims, mut not_held) = (Vec::new(), Vec::new());
+        h.take_run(10, 10, &mut claims, &mut not_held);
+        assert!(claims.is_empty());
+        assert_eq!(not_held, [10]);
     }
 
     #[test]
