@@ -10,6 +10,9 @@
 #   bench/share-groups.sh
 #   REPS=5 RECORDS=50000 bench/share-groups.sh        (defaults: 3, 20000)
 #   PROFILE=release bench/share-groups.sh             (default: debug, the dev build)
+#   FELIX_BIN=/path/to/felix SKIP_BUILD=1 RESULTS=/tmp/ab/main-1 bench/share-groups.sh
+#       (another build's broker, e.g. main's for an A/B, its table and lines written to
+#       $RESULTS.md and $RESULTS.jsonl instead of bench/results/share-groups.*)
 #
 # Where one consumer's time goes (its own CPU, the time inside poll(), the poll sizes):
 # bench/share_groups_probe.py against a broker already up (its header has the commands).
@@ -30,7 +33,7 @@ RECORDS=${RECORDS:-20000}
 SIZE=${SIZE:-200}
 PARTITIONS=${PARTITIONS:-4}
 PROFILE=${PROFILE:-debug}
-RESULTS=bench/results/share-groups
+RESULTS=${RESULTS:-bench/results/share-groups}
 
 python3 -c 'from confluent_kafka import ShareConsumer' 2>/dev/null || {
   echo "share-groups.sh needs confluent-kafka >= 2.15 for python3 (ShareConsumer)" >&2
@@ -48,7 +51,7 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/share-groups.XXXXXX")
 OUT=$TMP/out.jsonl
 : >"$OUT"
 mkdir "$TMP/bin"
-cp "target/$PROFILE/felix" "$TMP/bin/"
+cp "${FELIX_BIN:-target/$PROFILE/felix}" "$TMP/bin/felix"
 FELIX_PID=
 cleanup() {
   stop_pids "$FELIX_PID"

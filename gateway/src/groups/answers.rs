@@ -94,12 +94,7 @@ impl Broker {
         let mut c = gs.cursor(&group).await;
         let now = now_ms();
         c.saw(a.consumer, now);
-        let mut offsets = Vec::with_capacity(a.records.len());
-        for claim in a.records {
-            if c.holds(a.consumer, claim, now)? {
-                offsets.push(claim.offset);
-            }
-        }
+        let mut offsets = c.held_offsets(a.consumer, a.records, now)?;
         offsets.sort_unstable();
         offsets.dedup();
         let visibility = group.settings.visibility_timeout_ms;

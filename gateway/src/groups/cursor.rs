@@ -9,6 +9,7 @@
 //! times it was handed out, written before the record was.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use felix_wire::groups::{ClaimRef, GroupShardInfo, reasons};
 use felix_wire::protocol::{ErrorBody, codes};
@@ -26,10 +27,30 @@ pub(crate) fn now_ms() -> i64 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "hold", rename_all = "snake_case")]
 pub(crate) enum Hold {
-    /// Handed to `consumer` until `deadline_ms`; after it, due for redelivery.
-    Claimed { consumer: String, deadline_ms: i64 },
+    /// Handed to `consumer` until `deadline_ms`; after it, due for redelivery. The name is
+    /// shared by every record of a claim, not copied for each.
+    Claimed {
+        #[serde(with = "shared_name")]
+        consumer: Arc<str>,
+        deadline_ms: i64,
+    },
     /// Released by a nack: due for redelivery from `not_before_ms`.
     Released { not_before_ms: i64 },
+}
+
+/// A shared name written and read as a plain string.
+mod shared_name {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(name: &Arc<str>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(name)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Arc<str>, D::Error> {
+        Ok(Arc::from(String::deserialize(d)?))
+    }
 }
 
 /// A record handed out at least once and not retired.
@@ -200,6 +221,7 @@ impl Cursor {
                 records,
                 next,
             } => {
+                let consumer: Arc<str> = Arc::from(consumer.as_str());
                 for (offset, attempt) in records {
                     let entry = p.pending.entry(*offset).or_insert(Pending {
                         attempts: 0,
@@ -210,7 +232,7 @@ impl Cursor {
                     });
                     entry.attempts = *attempt;
                     entry.hold = Hold::Claimed {
-                        consumer: consumer.clone(),
+                        consumer: Arc::clone(&consumer),
                         deadline_ms: *deadline_ms,
                     };
                 }
@@ -322,8 +344,62 @@ impl Cursor {
         claim: &ClaimRef,
         now_ms: i64,
     ) -> Result<bool, ErrorBody> {
+        self.check(
+            consumer,
+            claim,
+            self.progress.pending.get(&claim.offset),
+            now_ms,
+        )
+    }
+
+    /// The offsets of `claims` whose answer may be applied (those [`Cursor::holds`] says
+    /// `Ok(true)` for), or the first claim's error that is not held. Claims in ascending
+    /// offset order (as a Kafka acknowledgement names them) are checked in one walk over
+    /// the pending records instead of a lookup each.
+    pub(crate) fn held_offsets(
+        &self,
+        consumer: &str,
+        claims: &[ClaimRef],
+        now_ms: i64,
+    ) -> Result<Vec<u64>, ErrorBody> {
+        let mut out = Vec::with_capacity(claims.len());
+        let ascending = claims.windows(2).all(|w| w[0].offset < w[1].offset);
+        let (Some(first), Some(last), true) = (claims.first(), claims.last(), ascending) else {
+            for claim in claims {
+                if self.holds(consumer, claim, now_ms)? {
+                    out.push(claim.offset);
+                }
+            }
+            return Ok(out);
+        };
+        let mut pending = self
+            .progress
+            .pending
+            .range(first.offset..=last.offset)
+            .peekable();
+        for claim in claims {
+            while pending.next_if(|(o, _)| **o < claim.offset).is_some() {}
+            let entry = pending
+                .peek()
+                .filter(|(o, _)| **o == claim.offset)
+                .map(|(_, e)| *e);
+            if self.check(consumer, claim, entry, now_ms)? {
+                out.push(claim.offset);
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`Cursor::holds`] for `claim`, whose pending entry (if any) is `entry`.
+    fn check(
+        &self,
+        consumer: &str,
+        claim: &ClaimRef,
+        entry: Option<&Pending>,
+        now_ms: i64,
+    ) -> Result<bool, ErrorBody> {
         let p = &self.progress;
-        let Some(entry) = p.pending.get(&claim.offset) else {
+        let Some(entry) = entry else {
             if p.next.is_some_and(|n| claim.offset < n) {
                 return Ok(false);
             }
@@ -333,7 +409,7 @@ impl Cursor {
             Hold::Claimed {
                 consumer: c,
                 deadline_ms,
-            } if c == consumer && entry.attempts == claim.attempt => {
+            } if **c == *consumer && entry.attempts == claim.attempt => {
                 if *deadline_ms > now_ms && entry.dead_letter.is_none() {
                     Ok(true)
                 } else {
@@ -461,6 +537,46 @@ mod tests {
         // A re-sent ack of a retired record is answered without applying anything.
         assert_eq!(c.holds("b", &r(10, 2), 150), Ok(false));
         assert_eq!(c.progress.acked, 1);
+    }
+
+    #[test]
+    fn many_claims_checked_in_one_walk_answer_as_one_by_one() {
+        let mut c = Cursor::new(1);
+        c.apply(&Event::Skip { to: 10 });
+        claim(&mut c, "a", &[(10, 1), (11, 1), (13, 1), (14, 2)], 100, 15);
+        claim(&mut c, "b", &[(12, 1)], 100, 15);
+        c.apply(&Event::Ack { offsets: vec![11] });
+        let r = |offset, attempt| ClaimRef { offset, attempt };
+        let one_by_one = |claims: &[ClaimRef], now| {
+            let mut out = Vec::new();
+            for claim in claims {
+                if c.holds("a", claim, now)? {
+                    out.push(claim.offset);
+                }
+            }
+            Ok::<_, ErrorBody>(out)
+        };
+        for claims in [
+            vec![r(10, 1), r(11, 1), r(13, 1), r(14, 2)],
+            vec![r(14, 2), r(10, 1)],
+            vec![r(10, 1), r(12, 1), r(13, 1)],
+            vec![r(10, 1), r(14, 1)],
+            vec![r(13, 1), r(15, 1)],
+            vec![r(9, 1), r(10, 1)],
+        ] {
+            for now in [50, 100] {
+                assert_eq!(
+                    c.held_offsets("a", &claims, now),
+                    one_by_one(&claims, now),
+                    "{claims:?} at {now}"
+                );
+            }
+        }
+        assert_eq!(
+            c.held_offsets("a", &[r(10, 1), r(11, 1), r(13, 1), r(14, 2)], 50),
+            Ok(vec![10, 13, 14]),
+            "11 is retired already: nothing to apply"
+        );
     }
 
     #[test]

@@ -29,10 +29,17 @@ use super::cursor::{Cursor, Event};
 /// Segments of a journal: small, so compaction can drop them soon.
 const SEGMENT_BYTES: u64 = 4 << 20;
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 struct Entry {
     id: u64,
     ev: Event,
+}
+
+/// An [`Entry`] as written: the event borrowed, not copied (a claim names every record).
+#[derive(Serialize)]
+struct EntryRef<'a> {
+    id: u64,
+    ev: &'a Event,
 }
 
 /// Opens (or creates) the journal in `dir` and replays it: each group's latest cursor.
@@ -185,7 +192,7 @@ pub(crate) async fn append(
     let now = super::cursor::now_ms();
     let mut b = BatchBuilder::new(Compression::None);
     for ev in events {
-        let value = serde_json::to_vec(&Entry { id, ev: ev.clone() }).unwrap_or_default();
+        let value = serde_json::to_vec(&EntryRef { id, ev }).unwrap_or_default();
         b.push(Record {
             offset: 0,
             timestamp: now,

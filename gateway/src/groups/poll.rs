@@ -10,7 +10,7 @@
 //! shard's readable end and on the next redelivery time, and costs nothing meanwhile.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -61,6 +61,88 @@ pub(crate) struct Poll<'a> {
     /// one acknowledgement may name, so everything acquired can be answered at once.
     /// `None` (a Felix poll): at most `max_records`.
     pub whole_batches: Option<usize>,
+    /// A budget of records shared with polls of other shards (a Kafka ShareFetch's
+    /// `MaxRecords` over its partitions), drawn on as well as `max_records`: once it is
+    /// spent no record is claimed and no batch is started, so of all the polls sharing it
+    /// only one can take a whole batch past it.
+    pub shared: Option<&'a Budget>,
+}
+
+/// Records that polls of several shards may still claim between them.
+#[derive(Debug)]
+pub(crate) struct Budget(AtomicUsize);
+
+impl Budget {
+    pub(crate) fn new(records: usize) -> Budget {
+        Budget(AtomicUsize::new(records))
+    }
+
+    /// Records left.
+    pub(crate) fn left(&self) -> usize {
+        self.0.load(Ordering::Acquire)
+    }
+
+    /// Starts a whole batch of `n` records if anything is left (spending all of it if the
+    /// batch holds more): whether it may be taken.
+    fn take_whole(&self, n: usize) -> bool {
+        self.0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                (left > 0).then(|| left.saturating_sub(n))
+            })
+            .is_ok()
+    }
+
+    /// Takes up to `n` records: how many may be claimed.
+    fn take_up_to(&self, n: usize) -> usize {
+        match self
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| {
+                Some(left - left.min(n))
+            }) {
+            Ok(left) | Err(left) => left.min(n),
+        }
+    }
+
+    /// Gives back records taken but not claimed.
+    fn give_back(&self, n: usize) {
+        self.0.fetch_add(n, Ordering::AcqRel);
+    }
+}
+
+/// What one poll may still claim: its own `max_records` and the shared budget, if any.
+struct Allowance<'a> {
+    own: usize,
+    shared: Option<&'a Budget>,
+}
+
+impl Allowance<'_> {
+    fn left(&self) -> usize {
+        self.shared.map_or(self.own, |s| self.own.min(s.left()))
+    }
+
+    fn take_whole(&mut self, n: usize) -> bool {
+        if self.own == 0 || !self.shared.is_none_or(|s| s.take_whole(n)) {
+            return false;
+        }
+        self.own = self.own.saturating_sub(n);
+        true
+    }
+
+    fn take_up_to(&mut self, n: usize) -> usize {
+        let mut m = n.min(self.own);
+        if let Some(s) = self.shared {
+            m = s.take_up_to(m);
+        }
+        self.own -= m;
+        m
+    }
+
+    fn give_back(&mut self, n: usize) {
+        self.own += n;
+        if let Some(s) = self.shared {
+            s.give_back(n);
+        }
+    }
 }
 
 /// What a poll handed out: each record's claim, and the stored batches holding them (which
@@ -158,7 +240,10 @@ impl Broker {
         if scan && let Some(t) = super::dead_letter::settle(self, gs, group, &mut c, now).await {
             tickets.push(t);
         }
-        let max_records = p.max_records as usize;
+        let mut allowance = Allowance {
+            own: p.max_records as usize,
+            shared: p.shared,
+        };
         let max_bytes = if p.max_bytes == 0 {
             DEFAULT_POLL_BYTES
         } else {
@@ -173,12 +258,19 @@ impl Broker {
                 .iter()
                 .filter(|(_, e)| e.due(now) && !e.exhausted(max_attempts, now))
                 .map(|(o, e)| (*o, e.attempts))
-                .take(max_records)
+                .take(allowance.left())
                 .collect()
         } else {
             Vec::new()
         };
+        // Another shard's poll may have spent the shared budget meanwhile.
+        let due = {
+            let mut due = due;
+            due.truncate(allowance.take_up_to(due.len()));
+            due
+        };
         if !due.is_empty() {
+            let taken = due.len();
             let offsets: BTreeSet<u64> = due.iter().map(|(o, _)| *o).collect();
             let found = self.read_batches_at(gs, &offsets).await?;
             for (offset, attempts) in due {
@@ -194,18 +286,19 @@ impl Broker {
                     None => events.push(Event::Retire { offset }),
                 }
             }
+            allowance.give_back(taken - out.claims.len());
         }
         let redelivered = out.claims.len() as u64;
         let old_next = c.progress.next.unwrap_or(0);
         let mut next = old_next;
-        if out.claims.len() < max_records && out.bytes < max_bytes {
-            let limits = Limits {
-                records: max_records,
+        if allowance.left() > 0 && out.bytes < max_bytes {
+            let mut limits = Limits {
+                allowance,
                 bytes: max_bytes,
                 whole_batches: p.whole_batches,
             };
             next = self
-                .read_new(gs, next, &limits, &mut out, &mut events)
+                .read_new(gs, next, &mut limits, &mut out, &mut events)
                 .await?;
         }
         let deadline_ms = now + group.settings.visibility_timeout_ms as i64;
@@ -262,7 +355,7 @@ impl Broker {
         &self,
         gs: &GroupShard,
         next: u64,
-        limits: &Limits,
+        limits: &mut Limits<'_>,
         out: &mut Handout,
         events: &mut Vec<Event>,
     ) -> Result<u64, ErrorBody> {
@@ -271,7 +364,7 @@ impl Broker {
             let before = (pos, out.claims.len());
             let (at, ended) = self.read_new_once(gs, pos, limits, out, events).await?;
             pos = at;
-            let full = out.claims.len() >= limits.records || out.bytes >= limits.bytes;
+            let full = limits.allowance.left() == 0 || out.bytes >= limits.bytes;
             if ended || full || pos >= gs.shard.visible_end() || (pos, out.claims.len()) == before {
                 break;
             }
@@ -286,11 +379,11 @@ impl Broker {
         &self,
         gs: &GroupShard,
         next: u64,
-        limits: &Limits,
+        limits: &mut Limits<'_>,
         out: &mut Handout,
         events: &mut Vec<Event>,
     ) -> Result<(u64, bool), ErrorBody> {
-        let (max_records, max_bytes) = (limits.records, limits.bytes);
+        let max_bytes = limits.bytes;
         let read = match self.fetch(&gs.key, next, read_size(gs, limits, out)).await {
             Ok(read) => read,
             Err(e) if e.code == codes::OFFSET_TOO_OLD => {
@@ -311,13 +404,12 @@ impl Broker {
                 pos = pos.max(batch_end);
                 continue;
             }
-            if out.claims.len() >= max_records || (out.bytes >= max_bytes && !out.claims.is_empty())
-            {
+            if limits.allowance.left() == 0 || (out.bytes >= max_bytes && !out.claims.is_empty()) {
                 return Ok((pos, false));
             }
             let offsets = batch_offsets(&header, batch)?;
             let left = offsets.iter().filter(|o| **o >= pos).count();
-            let fits = out.claims.len() + left <= max_records;
+            let fits = left <= limits.allowance.left();
             if !fits && !out.claims.is_empty() && limits.whole_batches.is_none() {
                 // The poll ends where the last batch taken ends rather than inside this
                 // one: the batches go out as stored, never decoded and rebuilt with part
@@ -327,16 +419,27 @@ impl Broker {
                 return Ok((pos, true));
             }
             // A batch that would take the poll past its whole-batch bound is taken up to
-            // `max_records`.
+            // what the poll may still claim.
             let whole_batch = limits
                 .whole_batches
                 .is_some_and(|most| out.claims.len() + left <= most);
+            let allowed = if whole_batch {
+                if !limits.allowance.take_whole(left) {
+                    return Ok((pos, false));
+                }
+                left
+            } else {
+                limits.allowance.take_up_to(left)
+            };
+            if allowed == 0 && left > 0 {
+                return Ok((pos, false));
+            }
             let mut took = Vec::new();
             for &offset in &offsets {
                 if offset < pos {
                     continue;
                 }
-                if !whole_batch && out.claims.len() + took.len() >= max_records {
+                if took.len() >= allowed {
                     break;
                 }
                 took.push(offset);
@@ -353,7 +456,7 @@ impl Broker {
                 out.add_partial(&read.batches.slice_ref(batch), header, &took)?;
             }
             out.claims.extend(took.iter().map(|&o| (o, 1)));
-            if out.claims.len() >= max_records {
+            if limits.allowance.left() == 0 {
                 return Ok((pos, false));
             }
             pos = pos.max(batch_end);
@@ -451,8 +554,8 @@ impl Broker {
 }
 
 /// How much one poll reads of records never handed out.
-struct Limits {
-    records: usize,
+struct Limits<'a> {
+    allowance: Allowance<'a>,
     bytes: usize,
     whole_batches: Option<usize>,
 }
@@ -470,13 +573,13 @@ fn stored_batches(buf: &[u8]) -> impl Iterator<Item = (BatchHeader, &[u8])> {
 /// batches stored for that many records (every batch a read returns is read from the file
 /// and its CRC checked, so reading past what the poll takes is paid for twice), at most
 /// [`FETCH_CHUNK`] and what `max_bytes` leaves; a read returns at least one whole batch.
-fn read_size(gs: &GroupShard, limits: &Limits, out: &Handout) -> usize {
+fn read_size(gs: &GroupShard, limits: &Limits<'_>, out: &Handout) -> usize {
     let room = limits.bytes.saturating_sub(out.bytes).clamp(1, FETCH_CHUNK);
     let per_record = gs.record_bytes.load(Ordering::Relaxed) as usize;
     if per_record == 0 {
         return room;
     }
-    let records = limits.records.saturating_sub(out.claims.len()).max(1);
+    let records = limits.allowance.left().max(1);
     records.saturating_mul(per_record).clamp(1, room)
 }
 

@@ -101,6 +101,7 @@ async fn answer(
                     max_bytes,
                     wait_ms,
                     whole_batches: None,
+                    shared: None,
                 })
                 .await?;
             let (records, body) = (claimed.records, claimed.body);

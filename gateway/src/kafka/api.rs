@@ -189,13 +189,19 @@ fn guarded<T>(decode: impl FnOnce() -> anyhow::Result<T>) -> Result<T, String> {
     }
 }
 
+/// Room for a response header (a correlation id and, in flexible versions, its tags).
+const HEADER_ROOM: usize = 16;
+
 /// A response frame: the length prefix, the response header and the body.
 pub fn encode_response<R: Encodable + HeaderVersion>(
     correlation_id: i32,
     version: i16,
     response: &R,
 ) -> anyhow::Result<Bytes> {
-    let mut buf = BytesMut::with_capacity(256);
+    // Sized up front: a fetch's answer carries up to megabytes of records, which a buffer
+    // grown from a few hundred bytes would copy again at every doubling.
+    let body = response.compute_size(version).unwrap_or(0);
+    let mut buf = BytesMut::with_capacity(4 + HEADER_ROOM + body);
     buf.extend_from_slice(&[0; 4]);
     ResponseHeader::default()
         .with_correlation_id(correlation_id)

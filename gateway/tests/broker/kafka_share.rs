@@ -101,6 +101,7 @@ async fn kafka_share_groups_on_one_broker() {
         .await;
     bad_share_requests_get_kafka_codes_and_change_nothing(&broker, both).await;
     a_batch_too_large_for_one_acknowledgement_is_acquired_up_to_max_records(&broker, both).await;
+    max_records_bounds_a_share_fetch_over_all_its_partitions_but_for_one_batch(&broker, both).await;
     super::kafka_share_offsets::share_group_offsets_are_altered_and_deleted_only_while_the_group_is_empty(
         &broker, both,
     )
@@ -663,6 +664,142 @@ async fn a_batch_too_large_for_one_acknowledgement_is_acquired_up_to_max_records
     assert_eq!(info.shards[0].acked, 500, "{info:?}");
 }
 
+/// `MaxRecords` is one budget for all the partitions of a ShareFetch, as on Kafka: four
+/// partitions each holding stored batches of 300 records, fetched with `MaxRecords` 500,
+/// give at most 500 records but for the one batch that crosses it (so at most 799, whole
+/// batches only), and following fetches acquire the rest, each record once.
+async fn max_records_bounds_a_share_fetch_over_all_its_partitions_but_for_one_batch(
+    broker: &Broker,
+    (conn, client): (&Connection, &Client),
+) {
+    const PARTITIONS: i32 = 4;
+    const BATCH: i64 = 300;
+    const MAX_RECORDS: i64 = 500;
+    topic(conn, "share-budget", PARTITIONS as u32).await;
+    share_group(
+        client,
+        "share-budget",
+        "budget",
+        30_000,
+        5,
+        None,
+        GroupStart::Earliest,
+    )
+    .await;
+    // Key-less messages of one call go to one shard, round-robin per call: one stored
+    // batch of 300 each time.
+    for b in 0..PARTITIONS as i64 {
+        let messages = (0..BATCH)
+            .map(|i| felix_client::Message::new(format!("{}", b * BATCH + i)))
+            .collect();
+        conn.publish_batch(
+            TENANT,
+            NS,
+            "share-budget",
+            messages,
+            felix_client::AckMode::Batch,
+        )
+        .await
+        .expect("publish one batch");
+    }
+    let mut s = tokio::net::TcpStream::connect(broker.kafka_addr)
+        .await
+        .expect("connect");
+    let group = || Some(GroupId(StrBytes::from_static_str("budget")));
+    let member = || StrBytes::from_static_str("b1");
+    let joined: ShareGroupHeartbeatResponse = call(
+        &mut s,
+        ApiKey::ShareGroupHeartbeat,
+        1,
+        &ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("budget")))
+            .with_member_id(member())
+            .with_member_epoch(0)
+            .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str(
+                "share-budget",
+            ))])),
+    )
+    .await;
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let topic_id = joined.assignment.expect("an assignment").topic_partitions[0].topic_id;
+    let mut acquired: BTreeSet<(i32, i64)> = BTreeSet::new();
+    for epoch in 0..8 {
+        if acquired.len() as i64 == i64::from(PARTITIONS) * BATCH {
+            break;
+        }
+        let partitions = (0..PARTITIONS)
+            .map(|p| FetchPartition::default().with_partition_index(p))
+            .collect();
+        let fetched: ShareFetchResponse = call(
+            &mut s,
+            ApiKey::ShareFetch,
+            1,
+            &ShareFetchRequest::default()
+                .with_group_id(group())
+                .with_member_id(Some(member()))
+                .with_share_session_epoch(epoch)
+                .with_max_wait_ms(2000)
+                .with_max_bytes(8 << 20)
+                .with_max_records(MAX_RECORDS as i32)
+                .with_batch_size(MAX_RECORDS as i32)
+                // The session keeps the partitions named when it opened.
+                .with_topics(if epoch == 0 {
+                    vec![
+                        FetchTopic::default()
+                            .with_topic_id(topic_id)
+                            .with_partitions(partitions),
+                    ]
+                } else {
+                    Vec::new()
+                }),
+        )
+        .await;
+        assert_eq!(fetched.error_code, 0, "{fetched:?}");
+        let mut this_fetch = 0i64;
+        for p in fetched.responses.iter().flat_map(|t| t.partitions.iter()) {
+            assert_eq!(p.error_code, 0, "{p:?}");
+            let here: i64 = p
+                .acquired_records
+                .iter()
+                .map(|a| a.last_offset - a.first_offset + 1)
+                .sum();
+            assert_eq!(
+                here % BATCH,
+                0,
+                "partition {} acquired whole stored batches: {:?}",
+                p.partition_index,
+                p.acquired_records
+            );
+            for a in &p.acquired_records {
+                for o in a.first_offset..=a.last_offset {
+                    assert!(
+                        acquired.insert((p.partition_index, o)),
+                        "offset {o} of partition {} acquired twice",
+                        p.partition_index
+                    );
+                }
+            }
+            this_fetch += here;
+        }
+        assert!(
+            this_fetch < MAX_RECORDS + BATCH,
+            "fetch {epoch} acquired {this_fetch} records with MaxRecords {MAX_RECORDS}: more \
+             than one stored batch of {BATCH} past it"
+        );
+        if epoch == 0 {
+            assert!(
+                this_fetch >= MAX_RECORDS,
+                "the first fetch fills MaxRecords: {this_fetch}"
+            );
+        }
+    }
+    assert_eq!(
+        acquired.len() as i64,
+        i64::from(PARTITIONS) * BATCH,
+        "every record acquired once over the fetches"
+    );
+}
+
 /// ShareGroupDescribe of the group `raw`.
 async fn describe_raw(s: &mut tokio::net::TcpStream) -> DescribedGroup {
     let r = ShareGroupDescribeRequest::default()
@@ -1050,7 +1187,8 @@ fn assert_split(
 /// progress replicated with each shard): the group's coordinator is one broker, the
 /// partitions are led by several, and each ShareFetch goes to a partition's leader, whose
 /// Felix group state serves it. Two consumers still accept each record exactly once, and
-/// dead letters (published across brokers) land once. Then, on the same cluster, a classic
+/// dead letters (published across brokers) land once. The group's coordinator-only
+/// requests sent to another broker get `NOT_COORDINATOR`. Then, on the same cluster, a classic
 /// group outlives its coordinator's broker (`kafka_group_failover.rs`, the last step: it
 /// kills a broker).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1118,6 +1256,12 @@ async fn share_consumers_on_a_cluster_fetch_from_each_partition_leader() {
     )
     .await;
     assert_split(&out, "spread", COUNT, false);
+    super::kafka_share_offsets::share_group_requests_to_a_broker_not_coordinating_the_group_get_not_coordinator(
+        &cluster.brokers,
+        "spread",
+        "billing",
+    )
+    .await;
     super::kafka_group_failover::classic_group_resumes_from_its_commits_after_its_coordinator_is_killed(
         &mut cluster,
         &client,

@@ -9,7 +9,10 @@
 //! a share group's offsets on a topic forgets its position, so the next consumer starts
 //! where the group's start setting says; a group with a member is refused with
 //! `NON_EMPTY_GROUP`, an unknown group with `GROUP_ID_NOT_FOUND`, a bad partition or
-//! offset with Kafka's code for it, and none of them changes anything.
+//! offset with Kafka's code for it, and none of them changes anything. On a cluster (a
+//! step of `broker::kafka_share::share_consumers_on_a_cluster_fetch_from_each_partition_leader`),
+//! the share-group requests only the group's coordinator serves get `NOT_COORDINATOR` on
+//! another broker and change nothing.
 
 use felix_client::{Client, Connection, GroupStart};
 use kafka_protocol::error::ResponseError;
@@ -24,7 +27,8 @@ use kafka_protocol::messages::describe_share_group_offsets_request::{
 use kafka_protocol::messages::{
     AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, ApiKey,
     DeleteShareGroupOffsetsRequest, DeleteShareGroupOffsetsResponse,
-    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, GroupId,
+    DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -282,4 +286,127 @@ pub(super) async fn share_group_offsets_are_altered_and_deleted_only_while_the_g
         .await
         .expect("the Felix group is still there, its settings kept");
     assert_eq!(info.visibility_timeout_ms, 30_000, "{info:?}");
+}
+
+/// Each partition's (index, start offset) of `group` on `topic`, as DescribeShareGroupOffsets
+/// answers it on `s`: the group-level error code, and the partitions.
+async fn start_offsets(s: &mut TcpStream, group: &str, topic: &str) -> (i16, Vec<(i32, i64)>) {
+    let r = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(GroupId(name(group)))
+            .with_topics(Some(vec![
+                DescribeShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(TopicName(name(topic)))
+                    .with_partitions(vec![0, 1, 2]),
+            ])),
+    ]);
+    let d: DescribeShareGroupOffsetsResponse =
+        call(s, ApiKey::DescribeShareGroupOffsets, 0, &r).await;
+    let g = &d.groups[0];
+    let partitions = g
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| {
+            assert_eq!(p.error_code, 0, "{d:?}");
+            (p.partition_index, p.start_offset)
+        })
+        .collect();
+    (g.error_code, partitions)
+}
+
+/// On a cluster, the share-group requests only a group's coordinator serves (membership:
+/// ShareGroupHeartbeat, ShareGroupDescribe; the group's offsets: Describe, Alter and
+/// DeleteShareGroupOffsets) sent to a broker FindCoordinator does not name are answered
+/// `NOT_COORDINATOR`, so the client finds the coordinator again, and change nothing: an
+/// Alter to 0 and a Delete there leave the group's start offsets where they were. The
+/// coordinator serves the same requests. `group` is an empty share group that has consumed
+/// the 3-partition `topic`.
+pub(super) async fn share_group_requests_to_a_broker_not_coordinating_the_group_get_not_coordinator(
+    brokers: &[Broker],
+    topic: &str,
+    group: &str,
+) {
+    let not_coordinator = ResponseError::NotCoordinator.code();
+    let mut s = TcpStream::connect(brokers[0].kafka_addr)
+        .await
+        .expect("connect");
+    let found: FindCoordinatorResponse = call(
+        &mut s,
+        ApiKey::FindCoordinator,
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_key(name(group)),
+    )
+    .await;
+    assert_eq!(found.error_code, 0, "{found:?}");
+    let port = |b: &&Broker| i32::from(b.kafka_addr.port()) == found.port;
+    let coordinator = brokers.iter().find(port).expect("a broker coordinates");
+    let other = brokers.iter().find(|b| !port(b)).expect("another broker");
+    let mut at_coordinator = TcpStream::connect(coordinator.kafka_addr)
+        .await
+        .expect("connect");
+    let mut elsewhere = TcpStream::connect(other.kafka_addr).await.expect("connect");
+
+    let (code, before) = start_offsets(&mut at_coordinator, group, topic).await;
+    assert_eq!(code, 0, "the coordinator describes the group's offsets");
+    assert_eq!(before.len(), 3, "{before:?}");
+    assert!(
+        before.iter().all(|(_, o)| *o > 0),
+        "the group consumed every partition: {before:?}"
+    );
+    let (code, _) = start_offsets(&mut elsewhere, group, topic).await;
+    assert_eq!(code, not_coordinator, "DescribeShareGroupOffsets elsewhere");
+
+    let join = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(name(group)))
+        .with_member_id(name("elsewhere"))
+        .with_member_epoch(0)
+        .with_subscribed_topic_names(Some(vec![TopicName(name(topic))]));
+    let joined: ShareGroupHeartbeatResponse =
+        call(&mut elsewhere, ApiKey::ShareGroupHeartbeat, 1, &join).await;
+    assert_eq!(joined.error_code, not_coordinator, "{joined:?}");
+    assert!(joined.assignment.is_none(), "{joined:?}");
+
+    let describe = ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(name(group))]);
+    let described: ShareGroupDescribeResponse =
+        call(&mut elsewhere, ApiKey::ShareGroupDescribe, 1, &describe).await;
+    assert_eq!(
+        described.groups[0].error_code, not_coordinator,
+        "{described:?}"
+    );
+
+    let moved = alter(&mut elsewhere, group, &[(topic, &[(0, 0), (1, 0), (2, 0)])]).await;
+    assert_eq!(moved.error_code, not_coordinator, "{moved:?}");
+    assert!(moved.responses.is_empty(), "{moved:?}");
+    let deleted = delete(&mut elsewhere, group, &[topic]).await;
+    assert_eq!(deleted.error_code, not_coordinator, "{deleted:?}");
+    assert!(deleted.responses.is_empty(), "{deleted:?}");
+    let (_, after) = start_offsets(&mut at_coordinator, group, topic).await;
+    assert_eq!(after, before, "refused requests changed nothing");
+
+    // The coordinator serves them: an Alter to where the group stands changes nothing
+    // either, and the group (no members) is described as not found.
+    let same: Vec<(i32, i64)> = before.clone();
+    let moved = alter(&mut at_coordinator, group, &[(topic, &same)]).await;
+    assert_eq!(moved.error_code, 0, "{moved:?}");
+    assert_eq!(
+        alter_codes(&moved),
+        (0..3).map(|p| (topic.to_owned(), p, 0)).collect::<Vec<_>>()
+    );
+    let described: ShareGroupDescribeResponse = call(
+        &mut at_coordinator,
+        ApiKey::ShareGroupDescribe,
+        1,
+        &describe,
+    )
+    .await;
+    assert_eq!(
+        described.groups[0].error_code,
+        ResponseError::GroupIdNotFound.code(),
+        "{described:?}"
+    );
+    let (_, after) = start_offsets(&mut at_coordinator, group, topic).await;
+    assert_eq!(after, before);
 }

@@ -105,6 +105,22 @@ pub fn find_coordinator(
     }
 }
 
+/// Whether this broker coordinates `group`: FindCoordinator names it (always on a single
+/// node). A request that only a group's coordinator may serve (membership, a share group's
+/// offsets) is answered `NOT_COORDINATOR` elsewhere, so the client finds the coordinator
+/// again instead of splitting the group's state between brokers.
+pub fn coordinates(kafka: &Kafka, group: &str) -> bool {
+    cluster_coordinator(kafka, group).is_none_or(|(id, _, _)| id == broker_id(kafka))
+}
+
+/// `NOT_COORDINATOR` and what to do about it, for a request about `group` sent here.
+pub fn not_coordinator(group: &str) -> (ResponseError, String) {
+    (
+        ResponseError::NotCoordinator,
+        format!("this broker does not coordinate group {group}: find its coordinator again"),
+    )
+}
+
 /// A cluster's coordinator for `key`: one of the live brokers with a Kafka listener, chosen
 /// by a stable hash of the key (FNV-1a) so every broker answers the same. `None` on a
 /// single node.

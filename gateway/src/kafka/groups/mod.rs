@@ -10,7 +10,8 @@
 //! * `route.rs` — the route to a partition's leader, which holds the group journal.
 //! * `upgrade.rs` — offsets from before the group journals (a broker's old local log)
 //!   moved into them, at start-up and on first OffsetFetch.
-//! * `find.rs` — FindCoordinator: which broker coordinates a group.
+//! * `find.rs` — FindCoordinator: which broker coordinates a group, and whether this one
+//!   does.
 //! * `describe.rs` — ListGroups and DescribeGroups.
 //! * `delete.rs` — DeleteGroups: a group without members and its offsets.
 
@@ -28,7 +29,7 @@ pub use commits::{offset_commit, offset_fetch};
 pub use coordinator::GroupCoordinator;
 pub use delete::delete_groups;
 pub use describe::{describe_groups, list_groups};
-pub use find::find_coordinator;
+pub use find::{coordinates, find_coordinator, not_coordinator};
 pub use membership::{Caller, expire_members, heartbeat, join_group, leave_group, sync_group};
 pub(crate) use route::on_topic;
 pub(crate) use upgrade::move_old_offsets;

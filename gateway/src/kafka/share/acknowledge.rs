@@ -23,7 +23,7 @@ use kafka_protocol::messages::share_acknowledge_response::{
 };
 use kafka_protocol::messages::{ShareAcknowledgeRequest, ShareAcknowledgeResponse};
 
-use super::session::{Held, Session};
+use super::session::{HeldRecords, Session};
 use super::{sb, topic_by_id};
 use crate::broker::Broker;
 use crate::groups::answers::{Answer, Answering, MAX_ANSWER_RECORDS};
@@ -108,20 +108,21 @@ fn expand(batches: &[Batch]) -> Result<BTreeMap<i8, Vec<u64>>, Refusal> {
 pub(super) async fn apply(
     to: &Target<'_>,
     batches: &[Batch],
-    held: &mut BTreeMap<u64, Held>,
+    held: &mut HeldRecords,
 ) -> Result<(), Refusal> {
     let by_type = expand(batches)?;
     let mut not_held = Vec::new();
     for (t, offsets) in by_type {
         let mut claims = Vec::with_capacity(offsets.len());
-        for o in offsets {
-            match held.remove(&o) {
-                Some(h) => claims.push(ClaimRef {
-                    offset: o,
-                    attempt: h.attempt,
-                }),
-                None => not_held.push(o),
+        // Runs of consecutive offsets (a batch of one type is one) taken out at once.
+        let mut i = 0;
+        while i < offsets.len() {
+            let mut j = i;
+            while j + 1 < offsets.len() && offsets[j + 1] == offsets[j] + 1 {
+                j += 1;
             }
+            held.take_run(offsets[i], offsets[j], &mut claims, &mut not_held);
+            i = j + 1;
         }
         if claims.is_empty() {
             continue;
@@ -206,8 +207,8 @@ pub(super) async fn release_all(
         };
         let claims: Vec<ClaimRef> = held
             .iter()
-            .map(|(o, h)| ClaimRef {
-                offset: *o,
+            .map(|(offset, h)| ClaimRef {
+                offset,
                 attempt: h.attempt,
             })
             .collect();

@@ -3,10 +3,12 @@
 //! Decides what one ShareFetch answers and when: first its acknowledgements are applied
 //! (each partition's outcome in `acknowledge_error_code`), then every partition of the
 //! session is polled through the Felix group (records due for redelivery first, then new
-//! ones; `max_records` shared out evenly over the partitions polled, a soft limit as on
-//! Kafka). The partitions are worked on at once, a task each: their groups' states, locks
-//! and journals are the partitions' own, so a fetch of several partitions waits for the
-//! slowest, not for the sum. The answer goes out once any record is acquired, or when
+//! ones). `max_records` is one budget for all the partitions, as on Kafka, and a soft
+//! limit: new records are acquired in whole stored batches, no batch is started once the
+//! budget is spent, and a batch started is taken whole, so the records acquired stay within
+//! `max_records` but for the one batch that crosses it. The partitions are worked on at
+//! once, a task each: their groups' states, locks and journals are the partitions' own, so
+//! a fetch of several partitions waits for the slowest, not for the sum. The answer goes out once any record is acquired, or when
 //! `max_wait_ms` (at most [`MAX_WAIT`]) has passed; meanwhile the request waits for a
 //! partition's end to move, and looks again every [`RECHECK`] for locks that lapsed. Each
 //! partition's answer carries the stored batches holding its acquired records and the
@@ -14,6 +16,7 @@
 //! records, as with Kafka. Session epoch -1 closes the session: its acknowledgements are
 //! applied, every record still held is released, and nothing is fetched.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -28,10 +31,10 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::acknowledge::{Batch, Target, apply, release_all};
-use super::session::{Held, Partition};
+use super::session::{Held, HeldRecords, Partition};
 use super::{sb, topic_by_id};
 use crate::groups::answers::MAX_ANSWER_RECORDS;
-use crate::groups::poll::{MAX_POLL_RECORDS, Poll};
+use crate::groups::poll::{Budget, MAX_POLL_RECORDS, Poll};
 use crate::kafka::Kafka;
 use crate::kafka::errors::kafka_error;
 use crate::kafka::scope::{On, Scope};
@@ -195,14 +198,23 @@ pub async fn share_fetch(
         lock_ms = acquire(kafka, scope, &want, &partitions, &mut answers).await;
         for (key, a) in &answers {
             let held = session.held.entry(*key).or_default();
-            for c in &a.acquired {
-                held.insert(
-                    c.offset,
-                    Held {
-                        attempt: c.attempt,
-                        deadline_ms: c.deadline_ms,
-                    },
-                );
+            // Consecutive records acquired alike (a stored batch) are noted as one run.
+            let mut i = 0;
+            while i < a.acquired.len() {
+                let c = &a.acquired[i];
+                let mut j = i;
+                while let Some(n) = a.acquired.get(j + 1)
+                    && n.offset == a.acquired[j].offset + 1
+                    && (n.attempt, n.deadline_ms) == (c.attempt, c.deadline_ms)
+                {
+                    j += 1;
+                }
+                let as_held = Held {
+                    attempt: c.attempt,
+                    deadline_ms: c.deadline_ms,
+                };
+                held.insert_run(c.offset, a.acquired[j].offset, as_held);
+                i = j + 1;
             }
         }
     }
@@ -214,7 +226,7 @@ struct AckWork {
     key: Partition,
     topic: String,
     batches: Vec<Batch>,
-    held: std::collections::BTreeMap<u64, Held>,
+    held: HeldRecords,
 }
 
 /// What a fetch asks for.
@@ -228,10 +240,11 @@ struct Want<'a> {
 
 /// Polls the session's partitions until records are acquired or the wait is over;
 /// returns the shortest lock among the groups polled. Each round polls its partitions at
-/// once, a task each (their groups' states are the partitions', on their own locks), with
-/// `max_records` and `max_bytes` shared out evenly; with fewer records asked for than
-/// partitions, only that many are polled, from a rotating start so none starves. A
-/// partition's share is soft as `max_records` is: a stored batch started is taken whole.
+/// once, a task each (their groups' states are the partitions', on their own locks),
+/// drawing on one budget of `max_records` (a stored batch is started only while some is
+/// left, and taken whole) and `max_bytes` shared out evenly; with fewer records asked for
+/// than partitions, only that many are polled. The polls start from a rotating partition,
+/// so when one batch spends the budget, the next fetch starts elsewhere and none starves.
 async fn acquire(
     kafka: &Kafka,
     scope: &Scope,
@@ -243,6 +256,9 @@ async fn acquire(
     let (t, n) = (&scope.tenant, &scope.namespace);
     let mut lock_ms = u64::MAX;
     let start = ROTATION.fetch_add(1, Ordering::Relaxed);
+    // `max_records` over all partitions, as Kafka counts it: a partition's poll starts no
+    // stored batch once it is spent, so only one batch can take the answer past it.
+    let budget = Arc::new(Budget::new(want.max_records));
     loop {
         let mut watches = Vec::new();
         let mut polled: Vec<(Partition, String, u32)> = Vec::new();
@@ -274,9 +290,10 @@ async fn acquire(
             }
         }
         let share = polled.len().max(1);
-        let records = (want.max_records / share).clamp(1, MAX_POLL_RECORDS as usize) as u32;
+        let records = want.max_records.clamp(1, MAX_POLL_RECORDS as usize) as u32;
         let bytes = (want.max_bytes / share).max(1) as u64;
         let polls = polled.into_iter().map(|(key, topic, shard)| {
+            let budget = budget.clone();
             let broker = kafka.broker.clone();
             let (tenant, namespace) = (t.clone(), n.clone());
             let (group, member) = (want.group.to_owned(), want.member.to_owned());
@@ -292,6 +309,7 @@ async fn acquire(
                     max_bytes: bytes,
                     wait_ms: 0,
                     whole_batches: Some(MAX_ANSWER_RECORDS),
+                    shared: Some(&budget),
                 };
                 (key, broker.group_poll(&poll).await)
             })

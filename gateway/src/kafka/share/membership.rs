@@ -14,12 +14,15 @@
 //! restart members are answered `UNKNOWN_MEMBER_ID` and join again; the records' state is
 //! the groups module's, durable.
 //!
+//! Both are the coordinator's (FindCoordinator's broker): another broker answers
+//! `NOT_COORDINATOR`, so a member never joins a second copy of the group.
+//!
 //! Permissions: `group.consume` on the group (Kafka's READ on the group) for a heartbeat,
 //! and on each subscribed topic; any grant on the group to describe it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Weak;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use felix_meta::auth::Action;
@@ -35,12 +38,13 @@ use kafka_protocol::messages::{
     GroupId, ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareGroupHeartbeatRequest,
     ShareGroupHeartbeatResponse, TopicName,
 };
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 use uuid::Uuid;
 
 use super::{DEFAULT_DELIVERY_COUNT_LIMIT, DEFAULT_LOCK_DURATION_MS, sb};
 use crate::kafka::Kafka;
 use crate::kafka::errors::kafka_error;
-use crate::kafka::groups::Caller;
+use crate::kafka::groups::{Caller, coordinates, not_coordinator};
 use crate::kafka::scope::{On, Scope};
 use crate::kafka::topics::{resolve, topic_id};
 
@@ -50,6 +54,9 @@ const HEARTBEAT_INTERVAL_MS: i32 = 5_000;
 const SESSION_TIMEOUT: Duration = Duration::from_secs(45);
 /// Most members one share group holds (Kafka's `group.share.max.size` default).
 const MAX_MEMBERS: usize = 200;
+/// Longest a join waits for an offset change of its group, or an offset change for the
+/// joins under way, before it is refused as retriable.
+const GATE_WAIT: Duration = Duration::from_secs(10);
 
 /// One member's assignment: (topic id, topic name, partitions).
 type Assigned = Vec<(Uuid, String, Vec<i32>)>;
@@ -76,13 +83,57 @@ pub(crate) struct ShareMembers {
     groups: parking_lot::Mutex<HashMap<String, ShareGroup>>,
     /// Makes the ids of members that did not bring one.
     next_id: AtomicU64,
+    /// Each group's gate between joins and offset changes (`reset.rs`): a join holds it
+    /// shared from before it looks at the group until its member is in, an offset change
+    /// holds it alone from its emptiness check until its change is made, so no member
+    /// joins in between (on Kafka the two are one coordinator step). Kept while someone
+    /// holds or waits for it.
+    gates: parking_lot::Mutex<HashMap<String, Weak<RwLock<()>>>>,
 }
+
+/// While held, no member joins the group: what an offset change holds.
+pub(super) type JoinsHeld = OwnedRwLockWriteGuard<()>;
+/// While held, no offset change of the group starts: what a join holds.
+pub(super) type Joining = OwnedRwLockReadGuard<()>;
 
 impl ShareMembers {
     /// How many members the group `key` (`tenant/namespace/group`) has here.
-    pub(super) fn members(&self, key: &str) -> usize {
+    fn members(&self, key: &str) -> usize {
         self.expire(Instant::now());
         self.groups.lock().get(key).map_or(0, |g| g.members.len())
+    }
+
+    fn gate(&self, key: &str) -> Arc<RwLock<()>> {
+        let mut gates = self.gates.lock();
+        if let Some(gate) = gates.get(key).and_then(Weak::upgrade) {
+            return gate;
+        }
+        gates.retain(|_, g| g.strong_count() > 0);
+        let gate = Arc::new(RwLock::new(()));
+        gates.insert(key.to_owned(), Arc::downgrade(&gate));
+        gate
+    }
+
+    /// Holds off joins of the group `key` once those under way are in, and counts its
+    /// members then: an offset change checks that the group is empty with this count and
+    /// makes its change before dropping the guard. `None`: joins did not finish within
+    /// [`GATE_WAIT`].
+    pub(super) async fn hold_joins(&self, key: &str) -> Option<(JoinsHeld, usize)> {
+        let gate = self.gate(key);
+        let held = tokio::time::timeout(GATE_WAIT, gate.write_owned())
+            .await
+            .ok()?;
+        Some((held, self.members(key)))
+    }
+
+    /// Waits while an offset change of the group `key` is under way; a join holds the
+    /// guard until its member is in the group. `None`: the change did not finish within
+    /// [`GATE_WAIT`].
+    async fn join(&self, key: &str) -> Option<Joining> {
+        let gate = self.gate(key);
+        tokio::time::timeout(GATE_WAIT, gate.read_owned())
+            .await
+            .ok()
     }
 
     /// Removes members silent for [`SESSION_TIMEOUT`], and groups left empty.
@@ -131,6 +182,10 @@ pub async fn share_group_heartbeat(
     if let Err(e) = scope.allow(kafka, Action::GroupConsume, &group, On::Group) {
         return refused(e, format!("not allowed to consume as share group {group}"));
     }
+    if !coordinates(kafka, &group) {
+        let (e, m) = not_coordinator(&group);
+        return refused(e, m);
+    }
     let key = scope.group_key(&group);
     let epoch = request.member_epoch;
     let mut member_id = request.member_id.to_string();
@@ -151,6 +206,20 @@ pub async fn share_group_heartbeat(
             format!("member epoch {epoch}: 0 joins, -1 leaves"),
         );
     }
+    // A joining member waits out an offset change of the group, and holds off the next
+    // one until it is in.
+    let _joining = match epoch {
+        0 => match kafka.share_members.join(&key).await {
+            Some(joining) => Some(joining),
+            None => {
+                return refused(
+                    ResponseError::CoordinatorLoadInProgress,
+                    format!("share group {group}'s offsets are being changed: join again"),
+                );
+            }
+        },
+        _ => None,
+    };
     if epoch == 0 && member_id.is_empty() {
         let n = kafka.share_members.next_id.fetch_add(1, Ordering::Relaxed);
         member_id = format!("felix-{}-{n}", crate::groups::now_ms());
@@ -336,6 +405,12 @@ fn describe_one(kafka: &Kafka, scope: &Scope, id: GroupId) -> DescribedGroup {
     if let Err(e) = scope.allow_view(kafka, &id, On::Group) {
         return base.with_error_code(e.code());
     }
+    if !coordinates(kafka, &id) {
+        let (e, m) = not_coordinator(&id);
+        return base
+            .with_error_code(e.code())
+            .with_error_message(Some(sb(&m)));
+    }
     let groups = kafka.share_members.groups.lock();
     let Some(g) = groups.get(&scope.group_key(&id)) else {
         return base
@@ -375,4 +450,53 @@ fn describe_one(kafka: &Kafka, scope: &Scope, id: GroupId) -> DescribedGroup {
     .with_assignment_epoch(g.epoch)
     .with_assignor_name(sb("simple"))
     .with_members(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admit(members: &ShareMembers, key: &str, id: &str) {
+        let mut groups = members.groups.lock();
+        groups.entry(key.to_owned()).or_default().members.insert(
+            id.to_owned(),
+            Member {
+                epoch: 1,
+                topics: vec!["t".into()],
+                assigned: Vec::new(),
+                client_id: "c".into(),
+                host: "h".into(),
+                rack: None,
+                seen: Instant::now(),
+            },
+        );
+    }
+
+    /// An offset change's emptiness check and its change are one step for membership: a
+    /// join waits until the change is made, and a change started while a member joins
+    /// waits for it and then counts it.
+    #[tokio::test]
+    async fn joins_and_offset_changes_of_a_group_take_turns() {
+        let members = ShareMembers::default();
+        let (change, count) = members.hold_joins("t/n/g").await.expect("no joins");
+        assert_eq!(count, 0);
+        let mut join = Box::pin(members.join("t/n/g"));
+        assert!(
+            futures::poll!(&mut join).is_pending(),
+            "a join must wait while an offset change holds the group"
+        );
+        // Another group's joins are not held.
+        assert!(members.join("t/n/other").await.is_some());
+        drop(change);
+        let joining = join.await.expect("the change is over");
+        let mut change = Box::pin(members.hold_joins("t/n/g"));
+        assert!(
+            futures::poll!(&mut change).is_pending(),
+            "an offset change must wait for a join under way"
+        );
+        admit(&members, "t/n/g", "m1");
+        drop(joining);
+        let (_held, count) = change.await.expect("the join is over");
+        assert_eq!(count, 1, "the change sees the member that joined");
+    }
 }

@@ -7,7 +7,8 @@
 //! group's progress is kept, over the route committed offsets take
 //! (`kafka/groups/offset_home.rs`). With no topics named, every topic the Felix group of
 //! that name is on is described. Nothing here changes a group.
-//! (Changing them is `reset.rs`'s.)
+//! (Changing them is `reset.rs`'s.) As on Kafka it is the group's coordinator's to answer
+//! (admin clients send it there): another broker answers `NOT_COORDINATOR`.
 
 use felix_wire::protocol::codes;
 use kafka_protocol::error::ResponseError;
@@ -23,6 +24,7 @@ use kafka_protocol::messages::{
 use super::sb;
 use crate::groups::kafka_offsets::OffsetsOp;
 use crate::kafka::Kafka;
+use crate::kafka::groups::{coordinates, not_coordinator};
 use crate::kafka::scope::{On, Scope};
 use crate::kafka::topics::{durable_topics, topic_id};
 
@@ -37,6 +39,14 @@ pub async fn describe_share_group_offsets(
         let base = GroupAnswer::default().with_group_id(g.group_id.clone());
         if let Err(e) = scope.allow_view(kafka, &g.group_id, On::Group) {
             groups.push(base.with_error_code(e.code()));
+            continue;
+        }
+        if !coordinates(kafka, &g.group_id) {
+            let (e, m) = not_coordinator(&g.group_id);
+            groups.push(
+                base.with_error_code(e.code())
+                    .with_error_message(Some(sb(&m))),
+            );
             continue;
         }
         let shapes = durable_topics(kafka, scope);

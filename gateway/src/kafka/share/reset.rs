@@ -2,7 +2,7 @@
 //! share group's start offsets.
 //!
 //! Decides when a share group's positions may be changed and what the change is on Felix.
-//! As on Kafka, only a group without members (none this coordinator knows) is changed:
+//! As on Kafka, only a group without members (none its coordinator knows) is changed:
 //! otherwise `NON_EMPTY_GROUP`; a group Felix does not know (no member here, and no Felix
 //! group of that name on any topic of the namespace) is `GROUP_ID_NOT_FOUND`; both change
 //! nothing. Altering sets the Felix group's position on each partition named (everything
@@ -20,8 +20,10 @@
 //! Permissions: `group.consume` on the group (Kafka's READ on the group) and on each topic
 //! (Kafka's READ on the topic), as a member needs.
 //!
-//! Not held: a member joining between the emptiness check and the change is not fenced (on
-//! Kafka the two are one coordinator step); it fetches from the new position or the old.
+//! The emptiness check and the change are one step with respect to membership, as on
+//! Kafka: a joining member waits until the change is made (and a change waits for joins
+//! under way, then finds the group not empty), through the group's gate in
+//! `membership.rs`. Both are the coordinator's: another broker answers `NOT_COORDINATOR`.
 
 use felix_meta::auth::Action;
 use felix_wire::protocol::{ErrorBody, codes};
@@ -36,11 +38,12 @@ use kafka_protocol::messages::{
     DeleteShareGroupOffsetsResponse, TopicName,
 };
 
-use super::membership::ensure_group;
+use super::membership::{JoinsHeld, ensure_group};
 use super::sb;
 use crate::groups::kafka_offsets::OffsetsOp;
 use crate::kafka::Kafka;
 use crate::kafka::errors::kafka_error;
+use crate::kafka::groups::{coordinates, not_coordinator};
 use crate::kafka::scope::{On, Scope};
 use crate::kafka::topics::{durable_topics, topic_id};
 
@@ -50,16 +53,29 @@ type Refusal = (ResponseError, String);
 /// A partition of an AlterShareGroupOffsets: its shard and new start offset, or why not.
 type Checked = Result<(u32, u64), Refusal>;
 
-/// The checks before a share group's positions change: a group id, the grant, no members,
-/// and a group Felix knows.
-fn may_change(kafka: &Kafka, scope: &Scope, group: &str) -> Result<(), Refusal> {
+/// The checks before a share group's positions change: a group id, the grant, this
+/// broker coordinating the group, no members, and a group Felix knows. The guard returned
+/// keeps members from joining until the change is made.
+async fn may_change(kafka: &Kafka, scope: &Scope, group: &str) -> Result<JoinsHeld, Refusal> {
     if group.is_empty() {
         return Err((ResponseError::InvalidGroupId, "empty group id".into()));
     }
     scope
         .allow(kafka, Action::GroupConsume, group, On::Group)
         .map_err(|e| (e, format!("not allowed to change share group {group}")))?;
-    let members = kafka.share_members.members(&scope.group_key(group));
+    if !coordinates(kafka, group) {
+        return Err(not_coordinator(group));
+    }
+    let Some((held, members)) = kafka
+        .share_members
+        .hold_joins(&scope.group_key(group))
+        .await
+    else {
+        return Err((
+            ResponseError::CoordinatorLoadInProgress,
+            format!("members are joining share group {group}: try again"),
+        ));
+    };
     if members > 0 {
         return Err((
             ResponseError::NonEmptyGroup,
@@ -81,7 +97,7 @@ fn may_change(kafka: &Kafka, scope: &Scope, group: &str) -> Result<(), Refusal> 
             format!("no share group {group}: no topic of the namespace has a group of that name"),
         ));
     }
-    Ok(())
+    Ok(held)
 }
 
 /// The Kafka code for a shard leader's refusal: the client's to fix where it is about the
@@ -103,11 +119,15 @@ pub async fn alter_share_group_offsets(
     request: AlterShareGroupOffsetsRequest,
 ) -> AlterShareGroupOffsetsResponse {
     let group = request.group_id.to_string();
-    if let Err((error, message)) = may_change(kafka, scope, &group) {
-        return AlterShareGroupOffsetsResponse::default()
-            .with_error_code(error.code())
-            .with_error_message(Some(sb(&message)));
-    }
+    // Held until the change is made: no member joins between the check and the change.
+    let _joins_held = match may_change(kafka, scope, &group).await {
+        Ok(held) => held,
+        Err((error, message)) => {
+            return AlterShareGroupOffsetsResponse::default()
+                .with_error_code(error.code())
+                .with_error_message(Some(sb(&message)));
+        }
+    };
     let topics = durable_topics(kafka, scope);
     let mut responses = Vec::with_capacity(request.topics.len());
     for t in request.topics {
@@ -213,11 +233,15 @@ pub async fn delete_share_group_offsets(
     request: DeleteShareGroupOffsetsRequest,
 ) -> DeleteShareGroupOffsetsResponse {
     let group = request.group_id.to_string();
-    if let Err((error, message)) = may_change(kafka, scope, &group) {
-        return DeleteShareGroupOffsetsResponse::default()
-            .with_error_code(error.code())
-            .with_error_message(Some(sb(&message)));
-    }
+    // Held until the change is made: no member joins between the check and the change.
+    let _joins_held = match may_change(kafka, scope, &group).await {
+        Ok(held) => held,
+        Err((error, message)) => {
+            return DeleteShareGroupOffsetsResponse::default()
+                .with_error_code(error.code())
+                .with_error_message(Some(sb(&message)));
+        }
+    };
     let topics = durable_topics(kafka, scope);
     let mut responses = Vec::with_capacity(request.topics.len());
     for t in request.topics {
