@@ -24,8 +24,27 @@ use felix_hot::{FsyncPolicy, LogConfig, RetentionPolicy, ShardLog};
 use felix_wire::{BatchBuilder, Compression, Record};
 use serde_json::Value;
 
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+use kafka_protocol::messages::{
+    ApiKey, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use tokio::net::TcpStream;
+
 use super::cluster::Cluster;
+use super::common::Broker;
 use super::kafka::python_script;
+use super::kafka_share::call;
 
 const COUNT: u64 = 300;
 const STOP_AT: u64 = 150;
@@ -106,6 +125,14 @@ pub(super) async fn classic_group_resumes_from_its_commits_after_its_coordinator
     );
     let coordinator = first["coordinator"].as_u64().expect("coordinator id");
     assert!((1..=3).contains(&coordinator), "{first}");
+    classic_group_requests_elsewhere_get_not_coordinator(
+        &cluster.brokers[(coordinator - 1) as usize],
+        &cluster.brokers,
+        topic,
+        group,
+        &committed,
+    )
+    .await;
 
     // The coordinator's broker goes for good (SIGKILL, never restarted).
     cluster.node(coordinator).kill();
@@ -173,6 +200,178 @@ pub(super) async fn classic_group_resumes_from_its_commits_after_its_coordinator
         COUNT,
         "every record processed once across the kill: {first} {resumed}"
     );
+}
+
+/// The requests of a classic group (membership, offsets, describe, delete) sent to a broker
+/// that does not coordinate it are answered `NOT_COORDINATOR`, so the client finds the
+/// coordinator again, and change nothing: a group kept by two brokers at once would hand
+/// the same partitions to two members. `committed` is what the group committed at
+/// `coordinator`, which still answers it afterwards.
+async fn classic_group_requests_elsewhere_get_not_coordinator(
+    coordinator: &Broker,
+    brokers: &[Broker],
+    topic: &str,
+    group: &str,
+    committed: &BTreeMap<i64, i64>,
+) {
+    let not_coordinator = ResponseError::NotCoordinator.code();
+    let name = |s: &str| StrBytes::from_string(s.to_owned());
+    let mut found_at = TcpStream::connect(brokers[0].kafka_addr)
+        .await
+        .expect("connect");
+    let found: FindCoordinatorResponse = call(
+        &mut found_at,
+        ApiKey::FindCoordinator,
+        3,
+        &FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_key(name(group)),
+    )
+    .await;
+    assert_eq!(found.error_code, 0, "{found:?}");
+    assert_eq!(
+        found.port,
+        i32::from(coordinator.kafka_addr.port()),
+        "FindCoordinator names the broker the client used: {found:?}"
+    );
+    let other = brokers
+        .iter()
+        .find(|b| b.kafka_addr != coordinator.kafka_addr)
+        .expect("another broker");
+    let mut elsewhere = TcpStream::connect(other.kafka_addr).await.expect("connect");
+    let group_id = || GroupId(name(group));
+
+    let joined: JoinGroupResponse = call(
+        &mut elsewhere,
+        ApiKey::JoinGroup,
+        5,
+        &JoinGroupRequest::default()
+            .with_group_id(group_id())
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(name("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default()
+                    .with_name(name("range"))
+                    .with_metadata(Bytes::new()),
+            ]),
+    )
+    .await;
+    assert_eq!(joined.error_code, not_coordinator, "JoinGroup: {joined:?}");
+    assert_eq!(joined.generation_id, -1, "{joined:?}");
+    let synced: SyncGroupResponse = call(
+        &mut elsewhere,
+        ApiKey::SyncGroup,
+        3,
+        &SyncGroupRequest::default()
+            .with_group_id(group_id())
+            .with_member_id(name("m"))
+            .with_generation_id(1),
+    )
+    .await;
+    assert_eq!(synced.error_code, not_coordinator, "SyncGroup: {synced:?}");
+    let beat: HeartbeatResponse = call(
+        &mut elsewhere,
+        ApiKey::Heartbeat,
+        3,
+        &HeartbeatRequest::default()
+            .with_group_id(group_id())
+            .with_member_id(name("m"))
+            .with_generation_id(1),
+    )
+    .await;
+    assert_eq!(beat.error_code, not_coordinator, "Heartbeat: {beat:?}");
+    let left: LeaveGroupResponse = call(
+        &mut elsewhere,
+        ApiKey::LeaveGroup,
+        3,
+        &LeaveGroupRequest::default()
+            .with_group_id(group_id())
+            .with_members(vec![MemberIdentity::default().with_member_id(name("m"))]),
+    )
+    .await;
+    assert_eq!(left.error_code, not_coordinator, "LeaveGroup: {left:?}");
+
+    // A commit of offset 0 everywhere (generation -1: no membership needed) is refused
+    // partition by partition and moves nothing.
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(group_id())
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(TopicName(name(topic)))
+                .with_partitions(
+                    (0..3)
+                        .map(|p| {
+                            OffsetCommitRequestPartition::default()
+                                .with_partition_index(p)
+                                .with_committed_offset(0)
+                        })
+                        .collect(),
+                ),
+        ]);
+    let refused: OffsetCommitResponse =
+        call(&mut elsewhere, ApiKey::OffsetCommit, 7, &commit).await;
+    let codes: Vec<i16> = refused.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(codes, vec![not_coordinator; 3], "OffsetCommit: {refused:?}");
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(group_id())
+        .with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(TopicName(name(topic)))
+                .with_partition_indexes(vec![0, 1, 2]),
+        ]));
+    let fetched: OffsetFetchResponse = call(&mut elsewhere, ApiKey::OffsetFetch, 6, &fetch).await;
+    assert_eq!(
+        fetched.error_code, not_coordinator,
+        "OffsetFetch: {fetched:?}"
+    );
+    let described: DescribeGroupsResponse = call(
+        &mut elsewhere,
+        ApiKey::DescribeGroups,
+        4,
+        &DescribeGroupsRequest::default().with_groups(vec![group_id()]),
+    )
+    .await;
+    assert_eq!(
+        described.groups[0].error_code, not_coordinator,
+        "DescribeGroups: {described:?}"
+    );
+    let deleted: DeleteGroupsResponse = call(
+        &mut elsewhere,
+        ApiKey::DeleteGroups,
+        2,
+        &DeleteGroupsRequest::default().with_groups_names(vec![group_id()]),
+    )
+    .await;
+    assert_eq!(
+        deleted.results[0].error_code, not_coordinator,
+        "DeleteGroups: {deleted:?}"
+    );
+
+    // The coordinator still answers exactly what the group committed.
+    let mut at_coordinator = TcpStream::connect(coordinator.kafka_addr)
+        .await
+        .expect("connect");
+    let fetched: OffsetFetchResponse =
+        call(&mut at_coordinator, ApiKey::OffsetFetch, 6, &fetch).await;
+    assert_eq!(fetched.error_code, 0, "{fetched:?}");
+    let now: BTreeMap<i64, i64> = fetched.topics[0]
+        .partitions
+        .iter()
+        .filter(|p| p.committed_offset >= 0)
+        .map(|p| (i64::from(p.partition_index), p.committed_offset))
+        .collect();
+    let before: BTreeMap<i64, i64> = committed
+        .iter()
+        .filter(|(_, o)| **o >= 0)
+        .map(|(p, o)| (*p, *o))
+        .collect();
+    assert_eq!(now, before, "refused requests changed nothing: {fetched:?}");
 }
 
 /// Writes `offsets` (topic, partition, offset) of `group` in default/default into the log

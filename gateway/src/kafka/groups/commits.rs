@@ -23,6 +23,7 @@ use kafka_protocol::messages::{
 use tokio::time::Instant;
 
 use super::coordinator::{GroupCoordinator, GroupState, sb};
+use super::find::coordinates;
 use super::offset_home;
 use crate::kafka::Kafka;
 use crate::kafka::offsets::Committed;
@@ -76,6 +77,8 @@ pub async fn offset_commit(
         Some(ResponseError::InvalidGroupId)
     } else if let Err(error) = scope.allow(kafka, Action::GroupConsume, &group_id, On::Group) {
         Some(error)
+    } else if !coordinates(kafka, &group_id) {
+        Some(ResponseError::NotCoordinator)
     } else {
         commit_refusal(
             &kafka.groups,
@@ -161,6 +164,10 @@ pub async fn offset_fetch(
     let group = request.group_id.to_string();
     if let Err(error) = scope.allow(kafka, Action::GroupConsume, &group, On::Group) {
         return OffsetFetchResponse::default().with_error_code(error.code());
+    }
+    if !coordinates(kafka, &group) {
+        return OffsetFetchResponse::default()
+            .with_error_code(ResponseError::NotCoordinator.code());
     }
     let entry = |partition: i32, committed: Option<Committed>| match committed {
         Some(c) => OffsetFetchResponsePartition::default()

@@ -12,6 +12,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 
+use super::find::coordinates;
 use crate::kafka::Kafka;
 use crate::kafka::scope::{On, Scope};
 use felix_meta::auth::Action;
@@ -39,6 +40,9 @@ async fn delete_group(kafka: &Kafka, scope: &Scope, id: &str) -> Result<(), Resp
         return Err(ResponseError::InvalidGroupId);
     }
     scope.allow(kafka, Action::GroupConsume, id, On::Group)?;
+    if !coordinates(kafka, id) {
+        return Err(ResponseError::NotCoordinator);
+    }
     let key = scope.group_key(id);
     let had_state = {
         let mut groups = kafka.groups.groups.lock();

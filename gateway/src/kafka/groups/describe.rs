@@ -14,7 +14,10 @@ use kafka_protocol::messages::{
     DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ListGroupsRequest, ListGroupsResponse,
 };
 
+use kafka_protocol::error::ResponseError;
+
 use super::coordinator::{GroupState, sb};
+use super::find::coordinates;
 use crate::kafka::Kafka;
 use crate::kafka::scope::{On, Scope};
 
@@ -75,6 +78,9 @@ pub async fn describe_groups(
             let base = DescribedGroup::default().with_group_id(id.clone());
             if let Err(error) = scope.allow_view(kafka, id, On::Group) {
                 return base.with_error_code(error.code());
+            }
+            if !coordinates(kafka, id) {
+                return base.with_error_code(ResponseError::NotCoordinator.code());
             }
             match groups.get(&scope.group_key(id)) {
                 Some(g) => {

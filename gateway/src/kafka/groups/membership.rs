@@ -6,8 +6,10 @@
 //! The invariant: each request changes the group under the coordinator's lock and only then
 //! waits (for the round's answer, within a bound) or arms a rebalance timer; a member
 //! waiting in JoinGroup or SyncGroup is not expected to heartbeat and never expires. Each
-//! request needs `group.consume` on the group, checked before anything else, and a group is
-//! kept under its scope's key ([`Scope::group_key`]), so tenants never share one.
+//! request needs `group.consume` on the group, checked before anything else, then that this
+//! broker coordinates the group (`NOT_COORDINATOR` otherwise, so no second copy of a group's
+//! membership lives on another broker); a group is kept under its scope's key
+//! ([`Scope::group_key`]), so tenants never share one.
 //!
 //! Membership lives in memory: after a broker restart the consumers rejoin (their member
 //! ids are unknown, so they get fresh ones) and resume from the committed offsets, which
@@ -33,6 +35,7 @@ use tracing::info;
 use super::coordinator::{
     Group, GroupCoordinator, GroupState, INITIAL_REBALANCE_DELAY, Member, arm, sb,
 };
+use super::find::coordinates;
 use crate::kafka::Kafka;
 use crate::kafka::scope::{On, Scope};
 use felix_meta::auth::Action;
@@ -67,6 +70,9 @@ pub async fn join_group(
     }
     if let Err(error) = scope.allow(kafka, Action::GroupConsume, &request.group_id, On::Group) {
         return fail(error, &request.member_id);
+    }
+    if !coordinates(kafka, &request.group_id) {
+        return fail(ResponseError::NotCoordinator, &request.member_id);
     }
     let group_id = scope.group_key(&request.group_id);
     let session_timeout = Duration::from_millis(request.session_timeout_ms.max(0) as u64);
@@ -202,6 +208,9 @@ pub async fn sync_group(
     if let Err(error) = scope.allow(kafka, Action::GroupConsume, &request.group_id, On::Group) {
         return fail(error);
     }
+    if !coordinates(kafka, &request.group_id) {
+        return fail(ResponseError::NotCoordinator);
+    }
     let group_id = scope.group_key(&request.group_id);
     let member_id = request.member_id.to_string();
     let (tx, rx) = oneshot::channel();
@@ -279,6 +288,9 @@ pub fn heartbeat(kafka: &Kafka, scope: &Scope, request: HeartbeatRequest) -> Hea
     if let Err(error) = scope.allow(kafka, Action::GroupConsume, &request.group_id, On::Group) {
         return HeartbeatResponse::default().with_error_code(error.code());
     }
+    if !coordinates(kafka, &request.group_id) {
+        return HeartbeatResponse::default().with_error_code(ResponseError::NotCoordinator.code());
+    }
     let error = {
         let mut groups = kafka.groups.groups.lock();
         match groups.get_mut(&scope.group_key(&request.group_id)) {
@@ -328,6 +340,9 @@ pub fn leave_group(
     };
     if let Err(error) = scope.allow(kafka, Action::GroupConsume, &request.group_id, On::Group) {
         return LeaveGroupResponse::default().with_error_code(error.code());
+    }
+    if !coordinates(kafka, &request.group_id) {
+        return LeaveGroupResponse::default().with_error_code(ResponseError::NotCoordinator.code());
     }
     let group_id = scope.group_key(&request.group_id);
     let mut results = Vec::with_capacity(leaving.len());
