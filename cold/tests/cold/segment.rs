@@ -525,6 +525,42 @@ async fn pushes_of_any_size_make_the_same_rows_and_row_groups_end_on_batches() {
     assert_eq!(summary, summary_of(&originals, with_records));
 }
 
+/// Felix's numbers (offsets, timestamps, producer fields, batch fields) are stored without
+/// compression, the users' bytes (key, payload, headers) with zstd: a reader then creates
+/// zstd contexts for four column chunks per row group, not twelve.
+#[tokio::test]
+async fn numbers_are_stored_uncompressed_and_the_users_bytes_with_zstd() {
+    let log = varied_log();
+    let (object, _) = encode_to_bytes(&log.bytes, &info(), &opts(1 << 20))
+        .await
+        .expect("encodes");
+    let footer = parse_footer(&object, ObjectFooter::SUFFIX_HINT);
+    let metadata = footer.parquet_metadata();
+    assert!(metadata.num_row_groups() > 0);
+    for rg in metadata.row_groups() {
+        let mut compressed = Vec::new();
+        for column in rg.columns() {
+            let path = column.column_path().string();
+            match column.compression() {
+                parquet::basic::Compression::UNCOMPRESSED => {}
+                parquet::basic::Compression::ZSTD(_) => compressed.push(path),
+                other => panic!("{path}: {other:?}"),
+            }
+        }
+        compressed.sort();
+        assert_eq!(
+            compressed,
+            [
+                "headers.list.element.key",
+                "headers.list.element.value",
+                "key",
+                "payload"
+            ]
+        );
+        assert_eq!(rg.columns().len(), 12);
+    }
+}
+
 #[tokio::test]
 async fn footer_metadata_names_the_shard_and_range() {
     let log = varied_log();
