@@ -47,6 +47,7 @@ use tokio::sync::Semaphore;
 
 mod guard;
 mod guarded;
+mod local;
 mod ping;
 mod s3;
 mod simulated;
@@ -271,7 +272,7 @@ impl TierStore {
                     .map_err(|e| StoreError::Config(format!("{}: {e}", dir.display())))?
                     // A tiered object is acknowledged as durable: fsync before answering.
                     .with_fsync(true);
-                (Arc::new(fs), cfg.url.clone())
+                (Arc::new(local::LocalDir::new(fs)), cfg.url.clone())
             }
             Backend::S3 { bucket } => s3::open_s3(cfg, bucket, &url.prefix, credentials).await?,
         };
