@@ -222,27 +222,68 @@ impl Cursor {
                 next,
             } => {
                 let consumer: Arc<str> = Arc::from(consumer.as_str());
-                for (offset, attempt) in records {
-                    let entry = p.pending.entry(*offset).or_insert(Pending {
-                        attempts: 0,
-                        hold: Hold::Released { not_before_ms: 0 },
-                        reason: None,
-                        dead_letter: None,
-                        rejected: false,
-                    });
-                    entry.attempts = *attempt;
-                    entry.hold = Hold::Claimed {
+                let claimed = |attempt: u32| Pending {
+                    attempts: attempt,
+                    hold: Hold::Claimed {
                         consumer: Arc::clone(&consumer),
                         deadline_ms: *deadline_ms,
-                    };
+                    },
+                    reason: None,
+                    dead_letter: None,
+                    rejected: false,
+                };
+                // Records never handed out (a fresh stored batch), no fewer than those
+                // pending: built as a map of their own in one pass and put after the
+                // pending ones (`append` moves both), instead of a search and an insert
+                // each.
+                if p.pending.len() <= records.len() && past_pending(&p.pending, records) {
+                    let mut fresh: BTreeMap<u64, Pending> =
+                        records.iter().map(|&(o, a)| (o, claimed(a))).collect();
+                    p.pending.append(&mut fresh);
+                } else {
+                    for (offset, attempt) in records {
+                        let entry = p.pending.entry(*offset).or_insert(Pending {
+                            attempts: 0,
+                            hold: Hold::Released { not_before_ms: 0 },
+                            reason: None,
+                            dead_letter: None,
+                            rejected: false,
+                        });
+                        entry.attempts = *attempt;
+                        entry.hold = Hold::Claimed {
+                            consumer: Arc::clone(&consumer),
+                            deadline_ms: *deadline_ms,
+                        };
+                    }
                 }
                 p.next = Some(p.next.unwrap_or(0).max(*next));
             }
             Event::Ack { offsets } => {
-                for o in offsets {
-                    if p.pending.remove(o).is_some() {
-                        p.acked += 1;
+                let mut i = 0;
+                while i < offsets.len() {
+                    // A run of consecutive offsets from at or below the first pending one
+                    // (the oldest claims answered, as a share consumer answers them) is
+                    // split off whole; any other offset is looked up on its own.
+                    let mut j = i;
+                    while j + 1 < offsets.len() && offsets[j + 1] == offsets[j].wrapping_add(1) {
+                        j += 1;
                     }
+                    let first_pending = p.pending.first_key_value().map(|(k, _)| *k);
+                    if j > i
+                        && first_pending.is_some_and(|f| offsets[i] <= f)
+                        && let Some(end) = offsets[j].checked_add(1)
+                    {
+                        let rest = p.pending.split_off(&end);
+                        p.acked += p.pending.len() as u64;
+                        p.pending = rest;
+                    } else {
+                        for o in &offsets[i..=j] {
+                            if p.pending.remove(o).is_some() {
+                                p.acked += 1;
+                            }
+                        }
+                    }
+                    i = j + 1;
                 }
             }
             Event::Release {
@@ -457,6 +498,16 @@ impl Cursor {
     }
 }
 
+/// Whether `records` are in ascending offset order, all past every pending record (none of
+/// them pending yet): a claim of records never handed out.
+fn past_pending(pending: &BTreeMap<u64, Pending>, records: &[(u64, u32)]) -> bool {
+    let after = pending.last_key_value().map(|(k, _)| *k);
+    records
+        .first()
+        .is_some_and(|(o, _)| after.is_none_or(|a| *o > a))
+        && records.windows(2).all(|w| w[0].0 < w[1].0)
+}
+
 fn expired(claim: &ClaimRef) -> ErrorBody {
     ErrorBody::new(
         codes::CLAIM_NOT_HELD,
@@ -491,6 +542,74 @@ mod tests {
             records: offsets.to_vec(),
             next,
         });
+    }
+
+    #[test]
+    fn claims_and_acks_of_whole_runs_leave_what_one_record_at_a_time_leaves() {
+        // A pseudo-random mix: fresh batches claimed whole, redeliveries, acks of runs from
+        // the oldest claim, from the middle, with gaps, and of records not pending.
+        let mut seed = 7u64;
+        let mut rand = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let (mut whole, mut single) = (Cursor::new(1), Cursor::new(1));
+        let mut next = 0u64;
+        for step in 0..400 {
+            let event = match rand(4) {
+                0 | 1 => {
+                    let n = 1 + rand(40);
+                    let mut records: Vec<(u64, u32)> = Vec::new();
+                    if rand(3) == 0
+                        && let Some(o) = whole.progress.pending.keys().next().copied()
+                    {
+                        records.push((o, whole.progress.pending[&o].attempts + 1));
+                    }
+                    records.extend((next..next + n).map(|o| (o, 1)));
+                    next += n;
+                    Event::Claim {
+                        consumer: format!("c{}", rand(2)),
+                        deadline_ms: step,
+                        records,
+                        next,
+                    }
+                }
+                _ => {
+                    let from = match whole.progress.pending.keys().next() {
+                        Some(first) if rand(2) == 0 => first.saturating_sub(rand(3)),
+                        _ => rand(next + 1),
+                    };
+                    let offsets: Vec<u64> = (from..from + 1 + rand(30))
+                        .filter(|_| rand(8) != 0)
+                        .collect();
+                    Event::Ack { offsets }
+                }
+            };
+            whole.apply(&event);
+            // The same event one record at a time.
+            match &event {
+                Event::Claim {
+                    consumer,
+                    deadline_ms,
+                    records,
+                    next,
+                } => {
+                    for r in records {
+                        claim(&mut single, consumer, &[*r], *deadline_ms, *next);
+                    }
+                }
+                Event::Ack { offsets } => {
+                    for o in offsets {
+                        single.apply(&Event::Ack { offsets: vec![*o] });
+                    }
+                }
+                _ => unreachable!(),
+            }
+            assert_eq!(whole.progress, single.progress, "after {event:?}");
+        }
+        assert!(whole.progress.acked > 100, "acks were applied");
     }
 
     #[test]

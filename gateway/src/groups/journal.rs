@@ -13,7 +13,14 @@
 //! journal is compacted by appending every live group's whole progress as a snapshot and
 //! then deleting the sealed segments wholly before the first snapshot.
 //!
-//! Record format: key = the group's name, value = JSON `{"id": group id, "ev": Event}`.
+//! Record format: key = the group's name, value = JSON `{"id": group id, "ev": Event}`, or,
+//! for claims and acks, `{"id": .., "claim": {"consumer", "deadline_ms", "runs": [[first
+//! offset, count, attempt], ..], "next"}}` and `{"id": .., "ack": [[first offset, count],
+//! ..]}`: runs of consecutive offsets instead of one entry per record, because a Kafka
+//! share fetch claims and acks whole stored batches (thousands of records) at a time and
+//! writing each offset was most of a claim's journal cost. Entries written before the
+//! runs (`"ev"` claims and acks, one offset each) are read as before; a broker older than
+//! the runs skips a run entry as unreadable (it has no `"ev"`).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -29,17 +36,155 @@ use super::cursor::{Cursor, Event};
 /// Segments of a journal: small, so compaction can drop them soon.
 const SEGMENT_BYTES: u64 = 4 << 20;
 
+/// Most records one journal entry's runs may name when read back: far above what a poll
+/// claims or an answer names at once ([`super::answers::MAX_ANSWER_RECORDS`]), so only a
+/// damaged entry is refused (and skipped) rather than expanded into memory without end.
+const MAX_RUN_RECORDS: u64 = 1 << 20;
+
 #[derive(Deserialize)]
 struct Entry {
     id: u64,
-    ev: Event,
+    /// Every event but a claim or an ack; and those too as written before the runs.
+    #[serde(default)]
+    ev: Option<Event>,
+    #[serde(default)]
+    claim: Option<ClaimRuns>,
+    /// Acked offsets: `(first, count)` runs.
+    #[serde(default)]
+    ack: Option<Vec<(u64, u64)>>,
 }
 
-/// An [`Entry`] as written: the event borrowed, not copied (a claim names every record).
+/// A claim as read: [`Event::Claim`] with its records as `(first, count, attempt)` runs.
+#[derive(Deserialize)]
+struct ClaimRuns {
+    consumer: String,
+    deadline_ms: i64,
+    runs: Vec<(u64, u64, u32)>,
+    next: u64,
+}
+
+/// An [`Entry`] as written: the event borrowed, not copied; a claim's and an ack's offsets
+/// as runs.
 #[derive(Serialize)]
 struct EntryRef<'a> {
     id: u64,
-    ev: &'a Event,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ev: Option<&'a Event>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claim: Option<ClaimRunsRef<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ack: Option<Vec<(u64, u64)>>,
+}
+
+#[derive(Serialize)]
+struct ClaimRunsRef<'a> {
+    consumer: &'a str,
+    deadline_ms: i64,
+    runs: Vec<(u64, u64, u32)>,
+    next: u64,
+}
+
+impl<'a> EntryRef<'a> {
+    fn of(id: u64, ev: &'a Event) -> EntryRef<'a> {
+        let mut e = EntryRef {
+            id,
+            ev: None,
+            claim: None,
+            ack: None,
+        };
+        match ev {
+            Event::Claim {
+                consumer,
+                deadline_ms,
+                records,
+                next,
+            } => {
+                e.claim = Some(ClaimRunsRef {
+                    consumer,
+                    deadline_ms: *deadline_ms,
+                    runs: claim_runs(records),
+                    next: *next,
+                });
+            }
+            Event::Ack { offsets } => e.ack = Some(offset_runs(offsets)),
+            other => e.ev = Some(other),
+        }
+        e
+    }
+}
+
+/// `records` as `(first, count, attempt)` runs: consecutive offsets with one attempt, in
+/// the order given, so expanding them gives `records` back.
+fn claim_runs(records: &[(u64, u32)]) -> Vec<(u64, u64, u32)> {
+    let mut runs: Vec<(u64, u64, u32)> = Vec::new();
+    for &(offset, attempt) in records {
+        match runs.last_mut() {
+            Some((first, count, a))
+                if *a == attempt && first.checked_add(*count) == Some(offset) =>
+            {
+                *count += 1;
+            }
+            _ => runs.push((offset, 1, attempt)),
+        }
+    }
+    runs
+}
+
+/// `offsets` as `(first, count)` runs of consecutive offsets, in the order given.
+fn offset_runs(offsets: &[u64]) -> Vec<(u64, u64)> {
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    for &offset in offsets {
+        match runs.last_mut() {
+            Some((first, count)) if first.checked_add(*count) == Some(offset) => *count += 1,
+            _ => runs.push((offset, 1)),
+        }
+    }
+    runs
+}
+
+/// The offsets of `(first, count)` runs, if they are sound: no offset past `u64::MAX`, at
+/// most [`MAX_RUN_RECORDS`] in all.
+fn expand_runs<T>(
+    runs: impl Iterator<Item = (u64, u64)> + Clone,
+    each: impl Fn(usize) -> T,
+) -> Option<Vec<(u64, T)>> {
+    let mut total = 0u64;
+    for (first, count) in runs.clone() {
+        first.checked_add(count)?;
+        total = total.checked_add(count).filter(|t| *t <= MAX_RUN_RECORDS)?;
+    }
+    let mut out = Vec::with_capacity(total as usize);
+    for (i, (first, count)) in runs.enumerate() {
+        out.extend((first..first + count).map(|o| (o, each(i))));
+    }
+    Some(out)
+}
+
+impl Entry {
+    /// The event this entry holds; `None` if it holds none, several, or runs that are not
+    /// sound.
+    fn event(self) -> Option<Event> {
+        match (self.ev, self.claim, self.ack) {
+            (Some(ev), None, None) => Some(ev),
+            (None, Some(c), None) => {
+                let attempts: Vec<u32> = c.runs.iter().map(|r| r.2).collect();
+                let records = expand_runs(c.runs.iter().map(|r| (r.0, r.1)), |i| attempts[i])?;
+                Some(Event::Claim {
+                    consumer: c.consumer,
+                    deadline_ms: c.deadline_ms,
+                    records,
+                    next: c.next,
+                })
+            }
+            (None, None, Some(runs)) => {
+                let offsets = expand_runs(runs.into_iter(), |_| ())?;
+                Some(Event::Ack {
+                    offsets: offsets.into_iter().map(|(o, ())| o).collect(),
+                })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Opens (or creates) the journal in `dir` and replays it: each group's latest cursor.
@@ -169,16 +314,21 @@ fn replay(cursors: &mut HashMap<String, Cursor>, r: &Record) {
             return;
         }
     };
+    let id = entry.id;
+    let Some(ev) = entry.event() else {
+        warn!(group, "skipping a group-journal record with no sound event");
+        return;
+    };
     let cursor = cursors
         .entry(group.to_owned())
-        .or_insert_with(|| Cursor::new(entry.id));
+        .or_insert_with(|| Cursor::new(id));
     // A newer group of the same name replaces the old one's progress; an older one's
     // late records are not its.
-    if entry.id > cursor.id {
-        *cursor = Cursor::new(entry.id);
+    if id > cursor.id {
+        *cursor = Cursor::new(id);
     }
-    if entry.id == cursor.id {
-        cursor.apply(&entry.ev);
+    if id == cursor.id {
+        cursor.apply(&ev);
     }
 }
 
@@ -192,7 +342,7 @@ pub(crate) async fn append(
     let now = super::cursor::now_ms();
     let mut b = BatchBuilder::new(Compression::None);
     for ev in events {
-        let value = serde_json::to_vec(&EntryRef { id, ev }).unwrap_or_default();
+        let value = serde_json::to_vec(&EntryRef::of(id, ev)).unwrap_or_default();
         b.push(Record {
             offset: 0,
             timestamp: now,
@@ -221,6 +371,160 @@ mod tests {
             records: vec![(offset, 1)],
             next: offset + 1,
         }
+    }
+
+    /// Appends records with the raw values given, as a journal written by some earlier
+    /// build holds them.
+    async fn append_raw(log: &ShardLog, group: &str, values: &[&str]) {
+        let mut b = BatchBuilder::new(Compression::None);
+        for v in values {
+            b.push(Record {
+                offset: 0,
+                timestamp: 1,
+                key: Some(Bytes::copy_from_slice(group.as_bytes())),
+                value: Some(Bytes::copy_from_slice(v.as_bytes())),
+                headers: Vec::new(),
+            });
+        }
+        let t = log.append(b.build().expect("batch")).await.expect("append");
+        t.committed().await.expect("written");
+    }
+
+    /// The stored values of the journal's records, in order.
+    fn values(log: &ShardLog) -> Vec<Bytes> {
+        let read = log.read(0, 1 << 20, None).expect("read");
+        BatchIter::new(&read.batches, usize::MAX)
+            .flatten()
+            .flat_map(|(_, b)| {
+                felix_wire::DecodedBatch::decode(b, usize::MAX)
+                    .expect("decode")
+                    .records
+            })
+            .filter_map(|r| r.value)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_journal_written_before_runs_still_recovers_and_continues_with_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let open_it = || open(dir.path(), "t/n/s/0/groups".into(), FsyncPolicy::OnCommit);
+        {
+            let (log, _, _) = open_it().expect("open");
+            // As the build before runs wrote them: a claim and an ack name every offset.
+            append_raw(
+                &log,
+                "a",
+                &[
+                    r#"{"id":1,"ev":{"e":"skip","to":0}}"#,
+                    r#"{"id":1,"ev":{"e":"claim","consumer":"c","deadline_ms":9000000000000,"records":[[0,1],[1,1],[2,1],[3,1]],"next":4}}"#,
+                    r#"{"id":1,"ev":{"e":"ack","offsets":[0,1]}}"#,
+                    r#"{"id":1,"ev":{"e":"release","offsets":[3],"not_before_ms":0}}"#,
+                ],
+            )
+            .await;
+            let (cursors, _) = replay_all(&log).expect("replay");
+            let p = &cursors["a"].progress;
+            assert_eq!((p.next, p.acked), (Some(4), 2));
+            assert_eq!(p.pending.keys().copied().collect::<Vec<_>>(), vec![2, 3]);
+            // This build continues the same journal with runs.
+            let more = [
+                Event::Claim {
+                    consumer: "d".into(),
+                    deadline_ms: 9_000_000_000_000,
+                    records: vec![(3, 2), (4, 1), (5, 1)],
+                    next: 6,
+                },
+                Event::Ack {
+                    offsets: vec![2, 3, 4],
+                },
+            ];
+            let t = append(&log, "a", 1, &more).await.expect("append");
+            t.committed().await.expect("written");
+        }
+        let (_, cursors, records) = open_it().expect("reopen");
+        assert_eq!(records, 6);
+        let p = &cursors["a"].progress;
+        assert_eq!((p.next, p.acked), (Some(6), 5));
+        assert_eq!(p.pending.keys().copied().collect::<Vec<_>>(), vec![5]);
+        assert_eq!(p.pending[&5].attempts, 1);
+        assert_eq!(
+            p.pending[&5].hold,
+            crate::groups::cursor::Hold::Claimed {
+                consumer: "d".into(),
+                deadline_ms: 9_000_000_000_000
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn claims_and_acks_are_written_as_runs_and_replay_as_they_were_applied() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (log, _, _) =
+            open(dir.path(), "t/n/s/0/groups".into(), FsyncPolicy::OnCommit).expect("open");
+        // Redeliveries first (attempts 2 and 3, with a gap), then a fresh batch of 5,000.
+        let mut records = vec![(10, 2), (11, 2), (12, 3), (20, 2)];
+        records.extend((100..5_100).map(|o| (o, 1)));
+        let events = vec![
+            Event::Skip { to: 0 },
+            Event::Claim {
+                consumer: "c".into(),
+                deadline_ms: 9_000_000_000_000,
+                records: records.clone(),
+                next: 5_100,
+            },
+            Event::Ack {
+                offsets: (100..3_000).chain([11, 4_000]).collect(),
+            },
+        ];
+        let mut live = Cursor::new(1);
+        for e in &events {
+            live.apply(e);
+        }
+        let t = append(&log, "a", 1, &events).await.expect("append");
+        t.committed().await.expect("written");
+        let stored = values(&log);
+        assert_eq!(stored.len(), 3);
+        assert!(
+            stored[1].len() < 200 && stored[2].len() < 200,
+            "5,004 claimed and 2,902 acked records are a few runs each: {:?}",
+            (stored[1].len(), stored[2].len())
+        );
+        // Read back, each entry is the event that was applied.
+        let read: Vec<Event> = stored
+            .iter()
+            .map(|v| {
+                serde_json::from_slice::<Entry>(v)
+                    .expect("entry")
+                    .event()
+                    .expect("event")
+            })
+            .collect();
+        assert_eq!(read, events);
+        let (cursors, _) = replay_all(&log).expect("replay");
+        assert_eq!(cursors["a"].progress, live.progress);
+    }
+
+    #[tokio::test]
+    async fn a_damaged_run_is_skipped_and_changes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (log, _, _) =
+            open(dir.path(), "t/n/s/0/groups".into(), FsyncPolicy::OnCommit).expect("open");
+        append_raw(
+            &log,
+            "a",
+            &[
+                r#"{"id":1,"ev":{"e":"skip","to":0}}"#,
+                r#"{"id":1,"claim":{"consumer":"c","deadline_ms":1,"runs":[[0,18446744073709551615,1]],"next":1}}"#,
+                r#"{"id":1,"claim":{"consumer":"c","deadline_ms":1,"runs":[[0,2000000,1]],"next":1}}"#,
+                r#"{"id":1,"ack":[[0,1]],"ev":{"e":"skip","to":5}}"#,
+                r#"{"id":1}"#,
+            ],
+        )
+        .await;
+        let (cursors, _) = replay_all(&log).expect("replay");
+        let p = &cursors["a"].progress;
+        assert_eq!((p.next, p.acked), (Some(0), 0));
+        assert!(p.pending.is_empty());
     }
 
     #[tokio::test]
