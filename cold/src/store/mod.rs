@@ -47,7 +47,6 @@ use tokio::sync::Semaphore;
 
 mod guard;
 mod guarded;
-mod local;
 mod ping;
 mod s3;
 mod simulated;
@@ -272,7 +271,7 @@ impl TierStore {
                     .map_err(|e| StoreError::Config(format!("{}: {e}", dir.display())))?
                     // A tiered object is acknowledged as durable: fsync before answering.
                     .with_fsync(true);
-                (Arc::new(local::LocalDir::new(fs)), cfg.url.clone())
+                (Arc::new(fs), cfg.url.clone())
             }
             Backend::S3 { bucket } => s3::open_s3(cfg, bucket, &url.prefix, credentials).await?,
         };
