@@ -596,20 +596,7 @@ async fn a_batch_too_large_for_one_acknowledgement_is_acquired_up_to_max_records
         .expect("connect");
     let group = || Some(GroupId(StrBytes::from_static_str("huge")));
     let member = || StrBytes::from_static_str("h1");
-    let joined: ShareGroupHeartbeatResponse = call(
-        &mut s,
-        ApiKey::ShareGroupHeartbeat,
-        1,
-        &ShareGroupHeartbeatRequest::default()
-            .with_group_id(GroupId(StrBytes::from_static_str("huge")))
-            .with_member_id(member())
-            .with_member_epoch(0)
-            .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str(
-                "share-huge",
-            ))])),
-    )
-    .await;
-    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let joined = join_raw(&mut s, "huge", "h1", "share-huge").await;
     let topic_id = joined.assignment.expect("an assignment").topic_partitions[0].topic_id;
     let fetched: ShareFetchResponse = call(
         &mut s,
@@ -707,20 +694,7 @@ async fn max_records_bounds_a_share_fetch_over_all_its_partitions_but_for_one_ba
         .expect("connect");
     let group = || Some(GroupId(StrBytes::from_static_str("budget")));
     let member = || StrBytes::from_static_str("b1");
-    let joined: ShareGroupHeartbeatResponse = call(
-        &mut s,
-        ApiKey::ShareGroupHeartbeat,
-        1,
-        &ShareGroupHeartbeatRequest::default()
-            .with_group_id(GroupId(StrBytes::from_static_str("budget")))
-            .with_member_id(member())
-            .with_member_epoch(0)
-            .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str(
-                "share-budget",
-            ))])),
-    )
-    .await;
-    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let joined = join_raw(&mut s, "budget", "b1", "share-budget").await;
     let topic_id = joined.assignment.expect("an assignment").topic_partitions[0].topic_id;
     let mut acquired: BTreeSet<(i32, i64)> = BTreeSet::new();
     for epoch in 0..8 {
@@ -806,6 +780,29 @@ async fn describe_raw(s: &mut tokio::net::TcpStream) -> DescribedGroup {
         .with_group_ids(vec![GroupId(StrBytes::from_static_str("raw"))]);
     let d: ShareGroupDescribeResponse = call(s, ApiKey::ShareGroupDescribe, 1, &r).await;
     d.groups.into_iter().next().expect("one group")
+}
+
+/// Joins `member` to share group `group`, subscribed to `topic`, with a raw
+/// ShareGroupHeartbeat at epoch 0, and checks that the join succeeded.
+async fn join_raw(
+    s: &mut tokio::net::TcpStream,
+    group: &'static str,
+    member: &'static str,
+    topic: &'static str,
+) -> ShareGroupHeartbeatResponse {
+    let joined: ShareGroupHeartbeatResponse = call(
+        s,
+        ApiKey::ShareGroupHeartbeat,
+        1,
+        &ShareGroupHeartbeatRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str(group)))
+            .with_member_id(StrBytes::from_static_str(member))
+            .with_member_epoch(0)
+            .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str(topic))])),
+    )
+    .await;
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    joined
 }
 
 /// One request on a raw Kafka connection, encoded and decoded with `kafka-protocol` (what a
@@ -921,20 +918,7 @@ async fn bad_share_requests_get_kafka_codes_and_change_nothing(
     let mut s = tokio::net::TcpStream::connect(broker.kafka_addr)
         .await
         .expect("connect");
-    let joined: ShareGroupHeartbeatResponse = call(
-        &mut s,
-        ApiKey::ShareGroupHeartbeat,
-        1,
-        &ShareGroupHeartbeatRequest::default()
-            .with_group_id(GroupId(StrBytes::from_static_str("raw")))
-            .with_member_id(StrBytes::from_static_str("m1"))
-            .with_member_epoch(0)
-            .with_subscribed_topic_names(Some(vec![TopicName(StrBytes::from_static_str(
-                "share-raw",
-            ))])),
-    )
-    .await;
-    assert_eq!(joined.error_code, 0, "{joined:?}");
+    let joined = join_raw(&mut s, "raw", "m1", "share-raw").await;
     assert!(joined.member_epoch > 0, "{joined:?}");
     let assigned = joined.assignment.expect("an assignment");
     let topic_id = assigned.topic_partitions[0].topic_id;
