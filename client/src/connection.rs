@@ -352,6 +352,7 @@ impl Connection {
             body,
             self.inner.max_frame,
             timeout,
+            self.has_feature(features::BINARY_CACHE_HEADERS),
         )
         .await
     }

@@ -22,7 +22,22 @@ pub(crate) fn encode_request(
     body: Bytes,
     max_frame: usize,
 ) -> Result<[Bytes; 2], ClientError> {
-    let frame = Frame::new(FrameKind::Request, request, body);
+    encode_request_as(request, body, max_frame, false)
+}
+
+/// [`encode_request`], with a binary header for a cache key operation when `binary` (the
+/// broker agreed to `features::BINARY_CACHE_HEADERS`).
+pub(crate) fn encode_request_as(
+    request: &Request,
+    body: Bytes,
+    max_frame: usize,
+    binary: bool,
+) -> Result<[Bytes; 2], ClientError> {
+    let frame = Frame {
+        kind: FrameKind::Request,
+        header: felix_wire::binary::request_header(request, binary),
+        body,
+    };
     let len = frame.wire_len();
     if len > max_frame {
         return Err(ClientError::InvalidArgument(format!(
@@ -92,8 +107,9 @@ pub(crate) async fn read_frame(
         }
         Err(quinn::ReadExactError::ReadError(e)) => return Err(read_error(e)),
     }
-    let (frame, _) =
-        Frame::decode(&buf, max_frame).map_err(|e| ClientError::Protocol(e.to_string()))?;
+    // The body is a slice of the buffer read, not a second copy of it (a get's value).
+    let (frame, _) = Frame::decode_shared(&Bytes::from(buf), max_frame)
+        .map_err(|e| ClientError::Protocol(e.to_string()))?;
     Ok(Some(frame))
 }
 
@@ -116,8 +132,8 @@ pub(crate) fn parse_response(frame: &Frame) -> Result<Response, ClientError> {
             frame.kind
         )));
     }
-    match frame
-        .header::<Response>()
+    // Binary for an answer to a binary cache request, else JSON.
+    match felix_wire::binary::read_response(&frame.header)
         .map_err(|e| ClientError::Protocol(e.to_string()))?
     {
         Response::Error(body) => Err(ClientError::Broker(body)),

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use felix_wire::protocol::{Request, Response, codes};
 
 use crate::error::{ClientError, connection_error, write_error};
-use crate::request::{Failed, encode_request, parse_response, read_frame, settle};
+use crate::request::{Failed, encode_request_as, parse_response, read_frame, settle};
 
 /// At most this many streams wait idle per connection: as many as requests ran at once,
 /// up to this. The broker allows 4,096 open streams per connection; idle ones count.
@@ -46,7 +46,8 @@ impl IdleStreams {
 
 /// Sends a cache `request` with `body` on an idle stream of `conn` (a new one when none
 /// is idle) and reads its answer and the answer's body, all within `timeout`; the stream
-/// is idle again afterwards. Only on a connection that agreed to `REUSED_STREAMS`.
+/// is idle again afterwards. Only on a connection that agreed to `REUSED_STREAMS`; with
+/// `binary` (it agreed to `BINARY_CACHE_HEADERS` too) a key operation's header is binary.
 pub(crate) async fn call_reusing(
     conn: &quinn::Connection,
     idle: &IdleStreams,
@@ -54,9 +55,10 @@ pub(crate) async fn call_reusing(
     body: Bytes,
     max_frame: usize,
     timeout: Duration,
+    binary: bool,
 ) -> Result<(Response, Bytes), Failed> {
-    let frame =
-        encode_request(request, body, max_frame).map_err(|error| Failed { error, sent: false })?;
+    let frame = encode_request_as(request, body, max_frame, binary)
+        .map_err(|error| Failed { error, sent: false })?;
     let mut sent = false;
     let result = tokio::time::timeout(timeout, async {
         let (mut send, mut recv) = loop {

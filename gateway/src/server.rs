@@ -211,7 +211,9 @@ async fn serve_frame(
     session: &Arc<Session>,
     reusing: bool,
 ) -> Served {
-    let request: Request = match (frame.kind, frame.header::<Request>()) {
+    // A binary header (`features::BINARY_CACHE_HEADERS`) is answered in binary.
+    let binary = felix_wire::binary::is_binary(&frame.header);
+    let request: Request = match (frame.kind, felix_wire::binary::read_request(&frame.header)) {
         (FrameKind::Request, Ok(r)) => r,
         (FrameKind::Request, Err(e)) => {
             broker.metrics().frames_rejected.inc();
@@ -562,8 +564,12 @@ async fn serve_frame(
             let token = credential.map(Credential::token);
             let (response, body) =
                 crate::cache::requests::serve(broker, request, frame.body, token, false).await;
-            let frame = Frame::new(FrameKind::Response, &response, body);
-            let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
+            let frame = Frame {
+                kind: FrameKind::Response,
+                header: felix_wire::binary::response_header(&response, binary),
+                body,
+            };
+            let mut chunks = [Bytes::from(frame.encode_head()), frame.body];
             let written = send.write_all_chunks(&mut chunks).await.is_ok();
             return open_if(written && reusing);
         }

@@ -14,6 +14,7 @@ mod broker {
     mod bad_input;
     mod broker_ops;
     mod cache;
+    mod cache_binary;
     mod cache_compaction;
     mod cache_staged;
     mod cache_streams;

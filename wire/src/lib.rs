@@ -9,8 +9,10 @@
 //!   writing a header ([`batch::seal_batch`]) and walking headers ([`HeaderIter`]).
 //! * [`checked`] — [`CheckedBatch`], a batch whose CRC and structure were checked once.
 //! * [`codec`] — the compression codecs of a batch's records ([`Compression`]).
-//! * [`protocol`] — the QUIC client protocol: frames, requests, responses, events, error
-//!   codes and feature bits (documented in docs/protocol.md).
+//! * [`protocol`] — the QUIC client protocol: requests, responses, events, error codes and
+//!   feature bits (documented in docs/protocol.md).
+//! * [`frame`] — the protocol's frames: length, kind, header and body.
+//! * [`binary`] — the compact binary headers of the cache's key operations.
 //! * [`groups`] — the consumer-group requests and answers inside the protocol.
 //! * [`moves`] — the cluster operations (brokers, drains, shard moves) inside the protocol.
 //! * [`cache`] — the cache requests, answers and watch changes inside the protocol.
@@ -22,10 +24,12 @@
 //! Every decoder returns a typed [`WireError`] for any input and never panics.
 
 pub mod batch;
+pub mod binary;
 pub mod cache;
 pub mod checked;
 pub mod codec;
 pub mod error;
+pub mod frame;
 pub mod groups;
 pub mod moves;
 pub mod murmur2;

@@ -6,25 +6,21 @@
 //! for a subscription, with `SubscribeOk` followed by `Event` frames until the subscription
 //! ends. The first request of a connection must be `Hello`.
 //!
-//! Frame: `[len u32 BE][kind u8][header_len u32 BE][header: JSON][body: bytes]`, where `len`
-//! counts everything after itself. The header is small and typed; the body carries record
+//! Frame (`frame.rs`): `[len u32 BE][kind u8][header_len u32 BE][header][body: bytes]`,
+//! where `len` counts everything after itself. The header is small and typed: JSON of the
+//! types here, or, for the cache's key operations on a connection that agreed to
+//! `features::BINARY_CACHE_HEADERS`, a binary one (`binary.rs`); the body carries record
 //! batches exactly as felix-wire stores them (Kafka RecordBatch v2), never re-encoded.
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::frame::{DEFAULT_MAX_FRAME, FRAME_PREFIX, Frame, FrameError, FrameKind, MAX_HEADER};
 pub use crate::oidc::OidcIssuerSpec;
 
 /// ALPN of the protocol.
 pub const ALPN: &[u8] = b"felix/1";
 /// The protocol version a Hello announces.
 pub const PROTOCOL_VERSION: u16 = 1;
-/// Bytes before the header: length, kind, header length.
-pub const FRAME_PREFIX: usize = 4 + 1 + 4;
-/// Default ceiling on one frame (header + body).
-pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024;
-/// Ceiling on a frame's JSON header.
-pub const MAX_HEADER: usize = 64 * 1024;
-
 /// Feature bits negotiated in Hello: the broker answers with the intersection.
 pub mod features {
     /// A durable subscription that drops ends with `subscription_lagged` and the offset to
@@ -36,156 +32,13 @@ pub mod features {
     /// broker keeps the stream open and reads the client's next request frame from it,
     /// answering each in turn, instead of ending the stream after one answer.
     pub const REUSED_STREAMS: u64 = 1 << 2;
+    /// Compact binary headers for the cache's key operations and their answers
+    /// (`crate::binary`): a client that agreed may send them, and the broker answers such a
+    /// request in binary when the answer has a binary form. JSON headers stay valid.
+    pub const BINARY_CACHE_HEADERS: u64 = 1 << 3;
     /// Every feature this build implements.
-    pub const ALL: u64 = SUBSCRIPTION_LAGGED | IDEMPOTENT_PRODUCER | REUSED_STREAMS;
-}
-
-/// What kind of frame this is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum FrameKind {
-    Request = 1,
-    Response = 2,
-    Event = 3,
-}
-
-impl FrameKind {
-    fn from_u8(b: u8) -> Option<FrameKind> {
-        match b {
-            1 => Some(FrameKind::Request),
-            2 => Some(FrameKind::Response),
-            3 => Some(FrameKind::Event),
-            _ => None,
-        }
-    }
-}
-
-/// Why bytes are not a valid frame.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
-    #[error("frame truncated: {needed} bytes needed, {available} available")]
-    Truncated { needed: usize, available: usize },
-    #[error("frame of {len} bytes exceeds the limit of {max}")]
-    TooLarge { len: usize, max: usize },
-    #[error("unknown frame kind {0}")]
-    UnknownKind(u8),
-    #[error("invalid frame header: {0}")]
-    BadHeader(String),
-    #[error("frame length fields disagree")]
-    Inconsistent,
-}
-
-/// A decoded frame: its kind, its JSON header bytes and its body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
-    pub kind: FrameKind,
-    pub header: Vec<u8>,
-    pub body: bytes::Bytes,
-}
-
-impl Frame {
-    /// Builds a frame from a typed header and a body.
-    pub fn new<T: Serialize>(kind: FrameKind, header: &T, body: bytes::Bytes) -> Frame {
-        Frame {
-            kind,
-            // Serializing our own message types cannot fail (no maps with non-string keys).
-            header: serde_json::to_vec(header).unwrap_or_default(),
-            body,
-        }
-    }
-
-    /// The whole encoded frame.
-    pub fn encode(&self) -> Vec<u8> {
-        let mut out = self.encode_head();
-        out.extend_from_slice(&self.body);
-        out
-    }
-
-    /// Everything but the body: length, kind, header length and header. Writing this and
-    /// then the body (e.g. as two chunks to a QUIC stream) sends the frame without copying
-    /// the body into a contiguous buffer.
-    pub fn encode_head(&self) -> Vec<u8> {
-        let len = 1 + 4 + self.header.len() + self.body.len();
-        let mut out = Vec::with_capacity(FRAME_PREFIX + self.header.len());
-        out.extend_from_slice(&(len as u32).to_be_bytes());
-        out.push(self.kind as u8);
-        out.extend_from_slice(&(self.header.len() as u32).to_be_bytes());
-        out.extend_from_slice(&self.header);
-        out
-    }
-
-    /// The frame's length field: bytes after the first four.
-    pub fn wire_len(&self) -> usize {
-        1 + 4 + self.header.len() + self.body.len()
-    }
-
-    /// Reads the total length of the frame starting at `buf` from its first 4 bytes
-    /// (including those 4), refusing frames over `max`.
-    pub fn peek_len(buf: &[u8], max: usize) -> Result<usize, FrameError> {
-        if buf.len() < 4 {
-            return Err(FrameError::Truncated {
-                needed: 4,
-                available: buf.len(),
-            });
-        }
-        let len = u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-        if len > max {
-            return Err(FrameError::TooLarge { len, max });
-        }
-        if len < FRAME_PREFIX - 4 {
-            return Err(FrameError::Inconsistent);
-        }
-        Ok(len + 4)
-    }
-
-    /// Decodes one whole frame at the start of `buf`; returns it and the bytes it used.
-    pub fn decode(buf: &[u8], max: usize) -> Result<(Frame, usize), FrameError> {
-        let (kind, header, body) = Frame::layout(buf, max)?;
-        let frame = Frame {
-            kind,
-            header: buf[header].to_vec(),
-            body: bytes::Bytes::copy_from_slice(&buf[body.clone()]),
-        };
-        Ok((frame, body.end))
-    }
-
-    /// [`Frame::decode`] with the body a slice of `buf` rather than a copy.
-    pub fn decode_shared(buf: &bytes::Bytes, max: usize) -> Result<(Frame, usize), FrameError> {
-        let (kind, header, body) = Frame::layout(buf, max)?;
-        let frame = Frame {
-            kind,
-            header: buf[header].to_vec(),
-            body: buf.slice(body.clone()),
-        };
-        Ok((frame, body.end))
-    }
-
-    /// The kind and the byte ranges of the header and the body of the frame at the start
-    /// of `buf` (the body ends where the frame does).
-    fn layout(
-        buf: &[u8],
-        max: usize,
-    ) -> Result<(FrameKind, std::ops::Range<usize>, std::ops::Range<usize>), FrameError> {
-        let total = Frame::peek_len(buf, max)?;
-        if buf.len() < total {
-            return Err(FrameError::Truncated {
-                needed: total,
-                available: buf.len(),
-            });
-        }
-        let kind = FrameKind::from_u8(buf[4]).ok_or(FrameError::UnknownKind(buf[4]))?;
-        let header_len = u32::from_be_bytes([buf[5], buf[6], buf[7], buf[8]]) as usize;
-        if header_len > MAX_HEADER || FRAME_PREFIX + header_len > total {
-            return Err(FrameError::Inconsistent);
-        }
-        let body_start = FRAME_PREFIX + header_len;
-        Ok((kind, FRAME_PREFIX..body_start, body_start..total))
-    }
-
-    /// Parses the header as `T`.
-    pub fn header<T: for<'de> Deserialize<'de>>(&self) -> Result<T, FrameError> {
-        serde_json::from_slice(&self.header).map_err(|e| FrameError::BadHeader(e.to_string()))
-    }
+    pub const ALL: u64 =
+        SUBSCRIPTION_LAGGED | IDEMPOTENT_PRODUCER | REUSED_STREAMS | BINARY_CACHE_HEADERS;
 }
 
 /// Where a subscription starts.
@@ -729,33 +582,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn frames_round_trip_with_header_and_body() {
-        let f = Frame::new(
-            FrameKind::Request,
-            &Request::Publish {
-                tenant: "t".into(),
-                namespace: "n".into(),
-                stream: "s".into(),
-                shard: 2,
-                ack: AckMode::Batch,
-            },
-            bytes::Bytes::from_static(b"batch-bytes"),
-        );
-        let enc = f.encode();
-        let (g, used) = Frame::decode(&enc, DEFAULT_MAX_FRAME).expect("decodes");
-        assert_eq!(used, enc.len());
-        assert_eq!(g, f);
-        let mut trailing = enc.clone();
-        trailing.extend_from_slice(b"next frame");
-        let (h, used) = Frame::decode_shared(&trailing.into(), DEFAULT_MAX_FRAME).expect("shared");
-        assert_eq!((h, used), (f.clone(), enc.len()));
-        assert!(matches!(
-            g.header::<Request>(),
-            Ok(Request::Publish { shard: 2, .. })
-        ));
-    }
-
-    #[test]
     fn an_error_carries_its_reason_at_the_top_and_in_detail_and_reads_without_detail() {
         let e = ErrorBody::new(codes::OVERLOADED, "publish_queue_full", "full").retry_after(50);
         let json: serde_json::Value = serde_json::to_value(&e).unwrap();
@@ -766,35 +592,5 @@ mod tests {
             r#"{"code":9,"reason":"publish_queue_full","message":"full","retry_after_ms":50}"#;
         let parsed: ErrorBody = serde_json::from_str(old).unwrap();
         assert_eq!((parsed.code, parsed.detail), (codes::OVERLOADED, None));
-    }
-
-    #[test]
-    fn bad_frames_are_typed_errors() {
-        assert!(matches!(
-            Frame::decode(&[0, 0], 100),
-            Err(FrameError::Truncated { .. })
-        ));
-        assert!(matches!(
-            Frame::decode(&[0, 0, 1, 0, 1], 100),
-            Err(FrameError::TooLarge { .. })
-        ));
-        assert!(matches!(
-            Frame::decode(&[0, 0, 0, 5, 9, 0, 0, 0, 0], 100),
-            Err(FrameError::UnknownKind(9))
-        ));
-        assert!(matches!(
-            Frame::decode(&[0, 0, 0, 5, 1, 0, 0, 0, 9], 100),
-            Err(FrameError::Inconsistent)
-        ));
-        let f = Frame {
-            kind: FrameKind::Request,
-            header: b"{not json".to_vec(),
-            body: bytes::Bytes::new(),
-        };
-        let (g, _) = Frame::decode(&f.encode(), 100).expect("frame decodes");
-        assert!(matches!(
-            g.header::<Request>(),
-            Err(FrameError::BadHeader(_))
-        ));
     }
 }

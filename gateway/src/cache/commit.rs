@@ -57,7 +57,22 @@ impl Staged {
     /// Waits for the write (outside the shard's lock); the log offset of the change's last
     /// record, for a log-backed shard. A write the log refused is answered as its error,
     /// and counted as lost so reads of the state that held it refuse.
+    ///
+    /// Called outside the shard's lock: it first lets the other tasks that are ready to run
+    /// go (requests of other connections about to stage their own changes), so the one
+    /// write that follows carries theirs too. Without it every put of a busy shard wrote
+    /// its own group: one `pwritev` per put, a tenth of the broker's CPU under
+    /// `felix-bench cache` (bench/results/cache.md).
     pub(crate) async fn written(self, cs: &CacheShard) -> Result<Option<u64>, ErrorBody> {
+        if self.ticket.is_some() {
+            tokio::task::yield_now().await;
+        }
+        self.written_now(cs).await
+    }
+
+    /// [`Staged::written`] without letting others stage first: for a caller that holds the
+    /// shard's lock (nobody else could stage meanwhile).
+    pub(crate) async fn written_now(self, cs: &CacheShard) -> Result<Option<u64>, ErrorBody> {
         let Some(ticket) = self.ticket else {
             return Ok(None);
         };
@@ -222,7 +237,7 @@ impl Broker {
         st: &mut KvState,
         ops: Vec<LogOp>,
     ) -> Result<Option<u64>, ErrorBody> {
-        self.stage_changes(cs, st, ops).await?.written(cs).await
+        self.stage_changes(cs, st, ops).await?.written_now(cs).await
     }
 
     /// Outside the lock: waits until the log has written everything below `tail` (the

@@ -80,6 +80,7 @@ async fn cache_on_one_broker() {
     counters_add_atomically_and_refuse_what_is_not_a_number(&client).await;
     cache_metrics_count_operations_by_kind_and_result(&broker).await;
     super::cache_streams::a_reused_stream_answers_each_cache_request_in_turn_and_carries_on_past_a_malformed_frame(&broker, &client).await;
+    super::cache_binary::binary_cache_headers_are_answered_in_kind_and_a_malformed_one_changes_nothing(&broker, &conn).await;
     felixctl_cache_puts_gets_counts_and_watches_and_a_refused_put_exits_1(&broker, &client).await;
     compaction_bounds_the_log_of_a_cache_overwritten_100000_times(&broker, &client).await;
     values_survive_kill_9_in_a_log_backed_cache_and_not_in_an_in_memory_one(&mut broker, &client)
