@@ -18,7 +18,7 @@ use bytes::Bytes;
 use felix_hot::Appended;
 use felix_meta::model::Group;
 use felix_wire::groups::dead_letter_headers as h;
-use felix_wire::protocol::AckMode;
+use felix_wire::protocol::{AckMode, ErrorBody, codes};
 use felix_wire::{BatchBuilder, Compression, Header, Record};
 use tracing::warn;
 
@@ -30,27 +30,54 @@ use crate::publish::Publisher;
 
 /// Most records dead-lettered in one pass (the rest wait for the next).
 const PER_PASS: usize = 64;
+/// Most passes one call makes (the rest wait for the next poll or the sweep).
+const MAX_PASSES: usize = 16;
 
-/// Dead-letters (or retires) the cursor's exhausted records. Returns the ticket of the last
-/// retirement to await before answering; failures are logged and retried on the next pass.
-pub(crate) async fn settle(
-    broker: &Broker,
-    gs: &GroupShard,
-    group: &Group,
-    c: &mut Cursor,
-    now_ms: i64,
-) -> Option<Appended> {
+/// Dead-letters (or retires) the group's exhausted records on this shard, one batch a pass.
+/// The cursor's lock is held to choose a batch and record its beginning, and again to
+/// retire it, not while it is published: a publish (a write to the dead-letter shard, maybe
+/// on another broker) would hold up every poll and answer of the group on this shard. Passes
+/// of a group on a shard take turns; `wait`: wait for a pass under way and then make one (a
+/// nack, answered once its records are dead-lettered), else leave the records to it.
+/// Failures are logged and retried by the next poll or the once-a-second sweep.
+pub(crate) async fn settle(broker: &Broker, gs: &GroupShard, group: &Group, wait: bool) {
+    let turn = gs.cursor(group).await.dead_lettering.clone();
+    let _turn = if wait {
+        turn.lock_owned().await
+    } else {
+        match turn.try_lock_owned() {
+            Ok(t) => t,
+            Err(_) => return,
+        }
+    };
+    for _ in 0..MAX_PASSES {
+        match pass(broker, gs, group).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => {
+                warn!(shard = %gs.key, group = group.name, dead_letter = ?group.settings.dead_letter,
+                    error = %e, "dead-lettering failed; retrying at the next poll");
+                return;
+            }
+        }
+    }
+}
+
+/// One pass: whether it dead-lettered (or retired) anything.
+async fn pass(broker: &Broker, gs: &GroupShard, group: &Group) -> Result<bool, ErrorBody> {
+    let mut c = gs.cursor(group).await;
+    let now = super::now_ms();
     let max = group.settings.max_attempts;
     let exhausted: Vec<u64> = c
         .progress
         .pending
         .iter()
-        .filter(|(_, e)| e.exhausted(max, now_ms))
+        .filter(|(_, e)| e.exhausted(max, now))
         .map(|(o, _)| *o)
         .take(PER_PASS)
         .collect();
     if exhausted.is_empty() {
-        return None;
+        return Ok(false);
     }
     let Some(dlq) = &group.settings.dead_letter else {
         let events = exhausted
@@ -58,34 +85,77 @@ pub(crate) async fn settle(
             .map(|offset| Event::Retire { offset })
             .collect();
         let n = c.progress.pending.len();
-        let ticket = gs.record(&group.name, c, events).await;
-        broker.node.metrics.group_dead_lettered(
-            &gs.key,
-            &group.name,
-            (n - c.progress.pending.len()) as u64,
-        );
-        return ticket
-            .map_err(|e| warn!(error = %e, "could not retire records"))
-            .ok();
+        let ticket = gs.record(&group.name, &mut c, events).await?;
+        let retired = (n - c.progress.pending.len()) as u64;
+        drop(c);
+        broker
+            .node
+            .metrics
+            .group_dead_lettered(&gs.key, &group.name, retired);
+        gs.written(ticket).await?;
+        return Ok(true);
     };
-    match publish_all(broker, gs, group, dlq, c, &exhausted).await {
-        Ok(t) => t,
-        Err(e) => {
-            warn!(shard = %gs.key, group = group.name, dead_letter = dlq, error = %e,
-                "dead-lettering failed; retrying at the next poll");
-            None
-        }
+    let Some(begun) = begin(broker, gs, group, dlq, &mut c, &exhausted).await? else {
+        return Ok(false);
+    };
+    drop(c);
+    if let Some(t) = begun.ticket {
+        gs.written(t).await?;
     }
+    broker
+        .publish_for(
+            Publisher::client(None),
+            Some(BrokerDuty::DeadLetter {
+                tenant: gs.key.tenant.clone(),
+                namespace: gs.key.namespace.clone(),
+                stream: gs.key.stream.clone(),
+                group: group.name.clone(),
+            }),
+            (&begun.to.0, &begun.to.1, &begun.to.2, begun.dshard),
+            AckMode::Commit,
+            begun.batch,
+        )
+        .await?;
+    let retire: Vec<Event> = begun
+        .offsets
+        .iter()
+        .map(|&offset| Event::Retire { offset })
+        .collect();
+    let mut c = gs.cursor(group).await;
+    let n = c.progress.pending.len();
+    let ticket = gs.record(&group.name, &mut c, retire).await?;
+    let retired = (n - c.progress.pending.len()) as u64;
+    drop(c);
+    broker
+        .node
+        .metrics
+        .group_dead_lettered(&gs.key, &group.name, retired);
+    gs.written(ticket).await?;
+    Ok(true)
 }
 
-async fn publish_all(
+/// A dead-letter batch ready to publish: its records' beginning recorded (`ticket`, to be
+/// written first; `None` for a batch begun before), built with their sequences.
+struct Begun {
+    ticket: Option<Appended>,
+    /// The dead-letter stream and shard.
+    to: (String, String, String),
+    dshard: u32,
+    batch: Bytes,
+    offsets: Vec<u64>,
+}
+
+/// Chooses the batch to publish (the one begun and not retired, else the `exhausted`
+/// records, as many as [`BATCH_BYTES`] holds), records its beginning, and builds it.
+/// `None` when nothing is left to publish (records retention removed are retired here).
+async fn begin(
     broker: &Broker,
     gs: &GroupShard,
     group: &Group,
     dlq: &str,
     c: &mut Cursor,
     exhausted: &[u64],
-) -> Result<Option<Appended>, felix_wire::protocol::ErrorBody> {
+) -> Result<Option<Begun>, ErrorBody> {
     let mut parts = dlq.splitn(3, '/');
     let (Some(dt), Some(dn), Some(ds)) = (parts.next(), parts.next(), parts.next()) else {
         return Ok(None);
@@ -104,11 +174,11 @@ async fn publish_all(
     };
     // A batch begun before and not retired (its publish failed, or the broker stopped) is
     // published again exactly as it began, before anything new begins.
-    let (dshard, batch, mut records) = match begun_batch(c) {
+    let (dshard, batch, mut records, ticket) = match begun_batch(c) {
         Some((dshard, batch)) => {
             let wanted: BTreeSet<u64> = batch.iter().map(|(o, _)| *o).collect();
             let records = broker.read_records_at(gs, &wanted).await?;
-            (dshard, batch, records)
+            (dshard, batch, records, None)
         }
         None => {
             let wanted: BTreeSet<u64> = exhausted.iter().copied().collect();
@@ -119,10 +189,10 @@ async fn publish_all(
                 .filter(|o| !records.contains_key(o))
                 .map(|&offset| Event::Retire { offset })
                 .collect();
-            let mut last = None;
             if !gone.is_empty() {
                 let n = gone.len() as u64;
-                last = Some(gs.record(&group.name, c, gone).await?);
+                let t = gs.record(&group.name, c, gone).await?;
+                gs.written(t).await?;
                 broker
                     .node
                     .metrics
@@ -144,10 +214,10 @@ async fn publish_all(
                 batch.push((offset, first.wrapping_add(batch.len() as i32)));
             }
             if batch.is_empty() {
-                return Ok(last);
+                return Ok(None);
             }
-            // Each record's place in the batch is durable before the batch is published,
-            // so a retry publishes the same batch.
+            // Each record's place in the batch is in the journal before the batch is
+            // published (the caller waits for it), so a retry publishes the same batch.
             let begin = batch
                 .iter()
                 .map(|&(offset, seq)| Event::DeadLetterBegin {
@@ -157,9 +227,8 @@ async fn publish_all(
                 })
                 .collect();
             let t = gs.record(&group.name, c, begin).await?;
-            gs.written(t).await?;
             records.retain(|o, _| batch.iter().any(|(b, _)| b == o));
-            (dshard, batch, records)
+            (dshard, batch, records, Some(t))
         }
     };
     let mut builder = BatchBuilder::new(Compression::None);
@@ -186,43 +255,17 @@ async fn publish_all(
             r,
         ));
     }
-    let base_seq = batch[0].1;
     let bytes = builder
-        .producer(producer, epoch, base_seq)
+        .producer(producer, epoch, batch[0].1)
         .build()
-        .map_err(|e| {
-            crate::errors::err(
-                felix_wire::protocol::codes::INTERNAL,
-                "internal",
-                e.to_string(),
-            )
-        })?;
-    let duty = BrokerDuty::DeadLetter {
-        tenant: gs.key.tenant.clone(),
-        namespace: gs.key.namespace.clone(),
-        stream: gs.key.stream.clone(),
-        group: group.name.clone(),
-    };
-    broker
-        .publish_for(
-            Publisher::client(None),
-            Some(duty),
-            (dt, dn, ds, dshard),
-            AckMode::Commit,
-            Bytes::from(bytes),
-        )
-        .await?;
-    let retire: Vec<Event> = batch
-        .iter()
-        .map(|&(offset, _)| Event::Retire { offset })
-        .collect();
-    let n = retire.len() as u64;
-    let last = gs.record(&group.name, c, retire).await?;
-    broker
-        .node
-        .metrics
-        .group_dead_lettered(&gs.key, &group.name, n);
-    Ok(Some(last))
+        .map_err(|e| crate::errors::err(codes::INTERNAL, "internal", e.to_string()))?;
+    Ok(Some(Begun {
+        ticket,
+        to: (dt.to_owned(), dn.to_owned(), ds.to_owned()),
+        dshard,
+        batch: Bytes::from(bytes),
+        offsets: batch.iter().map(|(o, _)| *o).collect(),
+    }))
 }
 
 /// Most bytes of records one dead-letter batch carries (at least one record).
