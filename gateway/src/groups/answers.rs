@@ -130,17 +130,13 @@ impl Broker {
             Event::Ack { offsets } => offsets.len() as u64,
             _ => 0,
         };
-        let mut tickets = vec![gs.record(&group.name, &mut c, vec![event]).await?];
-        // A nack of a record's last delivery, or a reject, dead-letters it now, not at the
-        // next poll.
-        if matches!(answer, Answer::Nack { .. } | Answer::Reject { .. })
-            && let Some(t) = super::dead_letter::settle(self, &gs, &group, &mut c, now).await
-        {
-            tickets.push(t);
-        }
+        let ticket = gs.record(&group.name, &mut c, vec![event]).await?;
         drop(c);
-        for t in tickets {
-            gs.written(t).await?;
+        gs.written(ticket).await?;
+        // A nack of a record's last delivery, or a reject, dead-letters it now, before the
+        // answer, not at the next poll.
+        if matches!(answer, Answer::Nack { .. } | Answer::Reject { .. }) {
+            super::dead_letter::settle(self, &gs, &group, true).await;
         }
         self.node.metrics.group_acked(&gs.key, &group.name, acked);
         Ok(deadlines)

@@ -184,6 +184,10 @@ pub(crate) struct Cursor {
     /// event that may bring a record's time forward lowers it, or resets it to 0 (walk
     /// them), as a new or replayed cursor has it.
     pub quiet_until: i64,
+    /// Taken by a dead-letter pass for the whole pass, publish included, while the cursor's
+    /// lock is let go during the publish (`dead_letter.rs`): passes of the group on this
+    /// shard take turns. Taken before the cursor's lock, never while holding it.
+    pub dead_lettering: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// How long a consumer counts as seen after its last request.

@@ -237,9 +237,6 @@ impl Broker {
         }
         // Nothing falls due before `quiet_until`: the pending records are not walked.
         let scan = now >= c.quiet_until;
-        if scan && let Some(t) = super::dead_letter::settle(self, gs, group, &mut c, now).await {
-            tickets.push(t);
-        }
         let mut allowance = Allowance {
             own: p.max_records as usize,
             shared: p.shared,
@@ -320,9 +317,14 @@ impl Broker {
         } else {
             (c.quiet_until != i64::MAX).then_some(c.quiet_until)
         };
+        // Records to dead-letter (a last delivery lapsed): the walk leaves `quiet_until` at 0.
+        let settle = scan && c.quiet_until == 0;
         drop(c);
         for t in tickets {
             gs.written(t).await?;
+        }
+        if settle {
+            super::dead_letter::settle(self, gs, group, false).await;
         }
         self.node.metrics.group_handed_out(
             &gs.key,

@@ -80,14 +80,10 @@ impl Broker {
                     if !gs.cursors.lock().contains_key(&g.name) {
                         continue;
                     }
-                    let mut c = gs.cursor(g).await;
-                    let now = now_ms();
-                    let ticket = super::dead_letter::settle(self, &gs, g, &mut c, now).await;
-                    let info = c.info(k.shard, end, now);
+                    super::dead_letter::settle(self, &gs, g, false).await;
+                    let c = gs.cursor(g).await;
+                    let info = c.info(k.shard, end, now_ms());
                     drop(c);
-                    if let Some(t) = ticket {
-                        let _ = gs.written(t).await;
-                    }
                     let l = GroupLabel::of(k, &g.name);
                     *in_flight.entry(l.clone()).or_default() += info.in_flight as i64;
                     *backlog.entry(l).or_default() += info.backlog as i64;

@@ -573,6 +573,8 @@ async fn an_exhausted_record_is_dead_lettered_once_with_its_headers(
     assert_eq!(info.shards[0].dead_lettered, 2);
     assert_eq!((info.shards[0].in_flight, info.shards[0].waiting), (0, 0));
 
+    many_records_nacked_at_once_are_each_dead_lettered_once(conn, client).await;
+
     // Without a dead-letter stream, an exhausted record is retired and counted.
     client
         .create_group(T, NS, "poison", "no-dlq", config(30_000, 1, None))
@@ -593,6 +595,68 @@ async fn an_exhausted_record_is_dead_lettered_once_with_its_headers(
         .await
         .expect("describe");
     assert_eq!(info.shards[0].dead_lettered, 2);
+}
+
+/// Thirty records nacked on their last attempt in one request: dead-lettered together (one
+/// batch of the group's idempotent producer), each exactly once, in offset order, with its
+/// own payload and headers.
+async fn many_records_nacked_at_once_are_each_dead_lettered_once(
+    conn: &Connection,
+    client: &Client,
+) {
+    stream(conn, "poison-many", 1).await;
+    stream(conn, "poison-many-dlq", 1).await;
+    let published: Vec<Message> = (0..30).map(|i| Message::new(format!("p{i}"))).collect();
+    client
+        .publish_batch(T, NS, "poison-many", published, AckMode::Batch)
+        .await
+        .expect("publish");
+    client
+        .create_group(
+            T,
+            NS,
+            "poison-many",
+            "g",
+            config(30_000, 1, Some("poison-many-dlq")),
+        )
+        .await
+        .expect("group");
+    let mut c = client.group(T, NS, "poison-many", "g");
+    let records = poll_n(&mut c, 30).await;
+    c.nack_all(&records, None, Some("bad")).await.expect("nack");
+    let mut dlq = conn
+        .subscribe(T, NS, "poison-many-dlq", 0, StartAt::Earliest)
+        .await
+        .expect("subscribe");
+    let mut letters = Vec::new();
+    while letters.len() < 30 {
+        let e = tokio::time::timeout(PATIENCE, dlq.next_event())
+            .await
+            .expect("dead letters within patience")
+            .expect("dead-letter subscription")
+            .expect("event");
+        letters.push(e);
+    }
+    for (i, e) in letters.iter().enumerate() {
+        let header = |k: &str| {
+            e.headers
+                .iter()
+                .find(|(name, _)| name == k)
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        };
+        assert_eq!(e.payload.as_ref(), format!("p{i}").as_bytes());
+        assert_eq!(header("felix-dlq-offset"), Some(i.to_string()));
+        assert_eq!(header("felix-dlq-attempts").as_deref(), Some("1"));
+        assert_eq!(header("felix-dlq-reason").as_deref(), Some("bad"));
+    }
+    let more = tokio::time::timeout(Duration::from_millis(1_500), dlq.next_event()).await;
+    assert!(more.is_err(), "a record dead-lettered twice: {more:?}");
+    let info = client
+        .describe_group(T, NS, "poison-many", "g")
+        .await
+        .expect("describe");
+    assert_eq!(info.shards[0].dead_lettered, 30);
+    assert_eq!((info.shards[0].in_flight, info.shards[0].waiting), (0, 0));
 }
 
 /// Polls of few records over stored batches of ten: a poll that has a record already ends
