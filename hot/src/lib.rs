@@ -22,6 +22,7 @@
 //! # Ok(()) }
 //! ```
 
+mod advice;
 mod config;
 mod error;
 mod inline;

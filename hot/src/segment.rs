@@ -20,6 +20,7 @@ use felix_wire::batch::LOG_OVERHEAD;
 use felix_wire::{BatchHeader, WireError};
 use parking_lot::RwLock;
 
+use crate::advice::Advised;
 use crate::error::LogError;
 
 /// Suffix of a repaired segment being written (`repair.rs`); recovery removes one left by
@@ -145,6 +146,8 @@ pub(crate) struct Segment {
     pub max_timestamp: AtomicI64,
     pub index: RwLock<SparseIndex>,
     pub sealed: AtomicBool,
+    /// What `prefetch` advised last (see `advice.rs`).
+    advised: Advised,
 }
 
 impl Segment {
@@ -172,6 +175,7 @@ impl Segment {
             max_timestamp: AtomicI64::new(i64::MIN),
             index: RwLock::new(SparseIndex::default()),
             sealed: AtomicBool::new(false),
+            advised: Advised::default(),
         }
     }
 
@@ -303,7 +307,8 @@ impl Segment {
 
     /// Asks the kernel to start reading `[position, position + len)` into the page cache in
     /// the background, so a sequential reader finds its next chunk there instead of waiting
-    /// for the device. Advisory: errors are ignored.
+    /// for the device; what the last call already asked for is not asked again
+    /// (`advice.rs`). Advisory: errors are ignored.
     pub fn prefetch(&self, position: u64, len: u64) {
         use std::os::fd::AsRawFd;
         let end = self.size();
@@ -311,12 +316,15 @@ impl Segment {
             return;
         }
         let len = len.min(end - position);
+        let Some(range) = self.advised.take(position..position + len) else {
+            return;
+        };
         // SAFETY: plain advisory syscall on an open descriptor.
         unsafe {
             libc::posix_fadvise(
                 self.file.as_raw_fd(),
-                position as libc::off_t,
-                len as libc::off_t,
+                range.start as libc::off_t,
+                (range.end - range.start) as libc::off_t,
                 libc::POSIX_FADV_WILLNEED,
             );
         }
