@@ -8,6 +8,8 @@
 #
 #   bench/cache.sh
 #   OPS=20000 PROFILE=debug bench/cache.sh   (defaults: 50000 ops per phase, release)
+#   SKIP_BUILD=1 FELIX=/tmp/felix BENCH=/tmp/felix-bench RESULTS=bench/results/cache-x \
+#     bench/cache.sh                         (binaries built elsewhere)
 #
 # Load: 1 KiB values, 10,000 keys, 16 concurrent clients; puts, then gets. Felix caches are
 # log-backed (durable) with the broker's default fsync policy (periodic, 250 ms), the
@@ -21,19 +23,22 @@ OPS=${OPS:-50000}
 KEYS=${KEYS:-10000}
 CLIENTS=${CLIENTS:-16}
 PROFILE=${PROFILE:-release}
-RESULTS=bench/results/cache
+RESULTS=${RESULTS:-bench/results/cache}
 command -v redis-server >/dev/null || { echo "redis-server is needed (apt-get install redis-server)" >&2; exit 1; }
 command -v nats-server >/dev/null || { echo "nats-server is needed (apt-get install nats-server)" >&2; exit 1; }
 
-if [ "$PROFILE" = release ]; then
-  cargo build --release -q -p felix-gateway --bin felix
-  cargo build --release -q -p felix-bench --features nats
-else
-  cargo build -q -p felix-gateway --bin felix
-  cargo build -q -p felix-bench --features nats
+# SKIP_BUILD=1 takes FELIX and BENCH (built with the `nats` feature) as given.
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  if [ "$PROFILE" = release ]; then
+    cargo build --release -q -p felix-gateway --bin felix
+    cargo build --release -q -p felix-bench --features nats
+  else
+    cargo build -q -p felix-gateway --bin felix
+    cargo build -q -p felix-bench --features nats
+  fi
 fi
-FELIX=./target/$PROFILE/felix
-BENCH=./target/$PROFILE/felix-bench
+FELIX=${FELIX:-./target/$PROFILE/felix}
+BENCH=${BENCH:-./target/$PROFILE/felix-bench}
 
 TMP=$(mktemp -d)
 OUT=$TMP/cache.jsonl

@@ -5,6 +5,8 @@
 #
 #   bench/groups.sh
 #   REPS=3 RECORDS=50000 PROFILE=debug bench/groups.sh   (defaults: 3, 100000, release)
+#   SKIP_BUILD=1 FELIX=/tmp/felix BENCH=/tmp/felix-bench RESULTS=bench/results/groups-x \
+#     bench/groups.sh      (binaries built elsewhere; BENCH with the `nats` feature for NATS)
 #
 # A fresh `felix` with its defaults on loopback; a 4-shard durable stream (tiering off)
 # preloaded with RECORDS records of 1 KiB; per rep and poll size (BATCHES, records asked per
@@ -27,7 +29,7 @@ REPS=${REPS:-3}
 RECORDS=${RECORDS:-100000}
 BATCHES=${BATCHES:-"400 100"}
 PROFILE=${PROFILE:-release}
-RESULTS=bench/results/groups
+RESULTS=${RESULTS:-bench/results/groups}
 NATS=${NATS:-1}
 if [ "$NATS" = 1 ] && ! command -v nats-server >/dev/null; then
   echo "nats-server not on PATH: no NATS JetStream comparison (apt-get install -y nats-server)" >&2
@@ -36,15 +38,19 @@ fi
 FEATURES=()
 [ "$NATS" = 1 ] && FEATURES=(--features nats)
 
-if [ "$PROFILE" = release ]; then
-  cargo build --release -q -p felix-gateway --bin felix
-  cargo build --release -q -p felix-bench "${FEATURES[@]}"
-else
-  cargo build -q -p felix-gateway --bin felix
-  cargo build -q -p felix-bench "${FEATURES[@]}"
+# Built alone, `-p felix-gateway --bin felix` unifies features differently from the other
+# scripts' builds and can rebuild every dependency: SKIP_BUILD=1 takes FELIX and BENCH as given.
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  if [ "$PROFILE" = release ]; then
+    cargo build --release -q -p felix-gateway --bin felix
+    cargo build --release -q -p felix-bench "${FEATURES[@]}"
+  else
+    cargo build -q -p felix-gateway --bin felix
+    cargo build -q -p felix-bench "${FEATURES[@]}"
+  fi
 fi
-FELIX=./target/$PROFILE/felix
-BENCH=./target/$PROFILE/felix-bench
+FELIX=${FELIX:-./target/$PROFILE/felix}
+BENCH=${BENCH:-./target/$PROFILE/felix-bench}
 
 TMP=$(mktemp -d)
 OUT=$TMP/groups.jsonl
@@ -95,7 +101,7 @@ path, profile, commit, load_before, load_after, nats_path, nats_version = sys.ar
 rows = [json.loads(l) for l in open(path) if l.strip()]
 nats = [json.loads(l) for l in open(nats_path) if l.strip()] if os.path.exists(nats_path) else []
 print(f"# Consumer groups vs a plain subscription ({datetime.date.today()})\n")
-print(f"Command: `PROFILE={profile} bench/groups.sh` ({len(rows)} runs). Raw lines: `groups.jsonl`.\n")
+print(f"Command: `PROFILE={profile} bench/groups.sh` ({len(rows)} runs). Raw lines: `{os.path.basename(path)}`.\n")
 print(f"* Felix at commit {commit}, **{profile} build**; machine: {subprocess.getoutput('nproc')} cores, "
       f"load average {load_before} before and {load_after} after (other work shares this machine).")
 r0 = rows[0]
