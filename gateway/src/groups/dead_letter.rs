@@ -80,19 +80,7 @@ async fn pass(broker: &Broker, gs: &GroupShard, group: &Group) -> Result<bool, E
         return Ok(false);
     }
     let Some(dlq) = &group.settings.dead_letter else {
-        let events = exhausted
-            .into_iter()
-            .map(|offset| Event::Retire { offset })
-            .collect();
-        let n = c.progress.pending.len();
-        let ticket = gs.record(&group.name, &mut c, events).await?;
-        let retired = (n - c.progress.pending.len()) as u64;
-        drop(c);
-        broker
-            .node
-            .metrics
-            .group_dead_lettered(&gs.key, &group.name, retired);
-        gs.written(ticket).await?;
+        retire(broker, gs, group, c, &exhausted).await?;
         return Ok(true);
     };
     let Some(begun) = begin(broker, gs, group, dlq, &mut c, &exhausted).await? else {
@@ -116,22 +104,33 @@ async fn pass(broker: &Broker, gs: &GroupShard, group: &Group) -> Result<bool, E
             begun.batch,
         )
         .await?;
-    let retire: Vec<Event> = begun
-        .offsets
+    let c = gs.cursor(group).await;
+    retire(broker, gs, group, c, &begun.offsets).await?;
+    Ok(true)
+}
+
+/// Retires `offsets` (dead-lettered, or past their attempts without a dead-letter stream)
+/// under the cursor `c`, counts them once the journal entry is written, and waits for it.
+async fn retire(
+    broker: &Broker,
+    gs: &GroupShard,
+    group: &Group,
+    mut c: tokio::sync::OwnedMutexGuard<Cursor>,
+    offsets: &[u64],
+) -> Result<(), ErrorBody> {
+    let events = offsets
         .iter()
         .map(|&offset| Event::Retire { offset })
         .collect();
-    let mut c = gs.cursor(group).await;
     let n = c.progress.pending.len();
-    let ticket = gs.record(&group.name, &mut c, retire).await?;
+    let ticket = gs.record(&group.name, &mut c, events).await?;
     let retired = (n - c.progress.pending.len()) as u64;
     drop(c);
     broker
         .node
         .metrics
         .group_dead_lettered(&gs.key, &group.name, retired);
-    gs.written(ticket).await?;
-    Ok(true)
+    gs.written(ticket).await
 }
 
 /// A dead-letter batch ready to publish: its records' beginning recorded (`ticket`, to be

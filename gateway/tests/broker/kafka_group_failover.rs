@@ -33,10 +33,10 @@ use kafka_protocol::messages::offset_commit_request::{
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
-    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    LeaveGroupResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+    DescribeGroupsResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest,
+    SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use tokio::net::TcpStream;
@@ -45,6 +45,7 @@ use super::cluster::Cluster;
 use super::common::Broker;
 use super::kafka::python_script;
 use super::kafka_share::call;
+use super::kafka_share_offsets::coordinator_and_another;
 
 const COUNT: u64 = 300;
 const STOP_AT: u64 = 150;
@@ -216,28 +217,11 @@ async fn classic_group_requests_elsewhere_get_not_coordinator(
 ) {
     let not_coordinator = ResponseError::NotCoordinator.code();
     let name = |s: &str| StrBytes::from_string(s.to_owned());
-    let mut found_at = TcpStream::connect(brokers[0].kafka_addr)
-        .await
-        .expect("connect");
-    let found: FindCoordinatorResponse = call(
-        &mut found_at,
-        ApiKey::FindCoordinator,
-        3,
-        &FindCoordinatorRequest::default()
-            .with_key_type(0)
-            .with_key(name(group)),
-    )
-    .await;
-    assert_eq!(found.error_code, 0, "{found:?}");
+    let (found, other) = coordinator_and_another(brokers, group).await;
     assert_eq!(
-        found.port,
-        i32::from(coordinator.kafka_addr.port()),
-        "FindCoordinator names the broker the client used: {found:?}"
+        found.kafka_addr, coordinator.kafka_addr,
+        "FindCoordinator names the broker the client used"
     );
-    let other = brokers
-        .iter()
-        .find(|b| b.kafka_addr != coordinator.kafka_addr)
-        .expect("another broker");
     let mut elsewhere = TcpStream::connect(other.kafka_addr).await.expect("connect");
     let group_id = || GroupId(name(group));
 

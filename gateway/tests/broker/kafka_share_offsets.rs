@@ -315,19 +315,12 @@ async fn start_offsets(s: &mut TcpStream, group: &str, topic: &str) -> (i16, Vec
     (g.error_code, partitions)
 }
 
-/// On a cluster, the share-group requests only a group's coordinator serves (membership:
-/// ShareGroupHeartbeat, ShareGroupDescribe; the group's offsets: Describe, Alter and
-/// DeleteShareGroupOffsets) sent to a broker FindCoordinator does not name are answered
-/// `NOT_COORDINATOR`, so the client finds the coordinator again, and change nothing: an
-/// Alter to 0 and a Delete there leave the group's start offsets where they were. The
-/// coordinator serves the same requests. `group` is an empty share group that has consumed
-/// the 3-partition `topic`.
-pub(super) async fn share_group_requests_to_a_broker_not_coordinating_the_group_get_not_coordinator(
-    brokers: &[Broker],
-    topic: &str,
+/// The broker FindCoordinator (asked of the first broker) names for `group` (key type 0, as
+/// for classic and share groups), and another broker.
+pub(super) async fn coordinator_and_another<'a>(
+    brokers: &'a [Broker],
     group: &str,
-) {
-    let not_coordinator = ResponseError::NotCoordinator.code();
+) -> (&'a Broker, &'a Broker) {
     let mut s = TcpStream::connect(brokers[0].kafka_addr)
         .await
         .expect("connect");
@@ -344,6 +337,23 @@ pub(super) async fn share_group_requests_to_a_broker_not_coordinating_the_group_
     let port = |b: &&Broker| i32::from(b.kafka_addr.port()) == found.port;
     let coordinator = brokers.iter().find(port).expect("a broker coordinates");
     let other = brokers.iter().find(|b| !port(b)).expect("another broker");
+    (coordinator, other)
+}
+
+/// On a cluster, the share-group requests only a group's coordinator serves (membership:
+/// ShareGroupHeartbeat, ShareGroupDescribe; the group's offsets: Describe, Alter and
+/// DeleteShareGroupOffsets) sent to a broker FindCoordinator does not name are answered
+/// `NOT_COORDINATOR`, so the client finds the coordinator again, and change nothing: an
+/// Alter to 0 and a Delete there leave the group's start offsets where they were. The
+/// coordinator serves the same requests. `group` is an empty share group that has consumed
+/// the 3-partition `topic`.
+pub(super) async fn share_group_requests_to_a_broker_not_coordinating_the_group_get_not_coordinator(
+    brokers: &[Broker],
+    topic: &str,
+    group: &str,
+) {
+    let not_coordinator = ResponseError::NotCoordinator.code();
+    let (coordinator, other) = coordinator_and_another(brokers, group).await;
     let mut at_coordinator = TcpStream::connect(coordinator.kafka_addr)
         .await
         .expect("connect");
