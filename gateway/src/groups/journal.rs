@@ -167,8 +167,7 @@ impl Entry {
         match (self.ev, self.claim, self.ack) {
             (Some(ev), None, None) => Some(ev),
             (None, Some(c), None) => {
-                let attempts: Vec<u32> = c.runs.iter().map(|r| r.2).collect();
-                let records = expand_runs(c.runs.iter().map(|r| (r.0, r.1)), |i| attempts[i])?;
+                let records = expand_runs(c.runs.iter().map(|r| (r.0, r.1)), |i| c.runs[i].2)?;
                 Some(Event::Claim {
                     consumer: c.consumer,
                     deadline_ms: c.deadline_ms,

@@ -37,6 +37,28 @@ async fn cluster_client(broker: &Broker) -> Client {
         .expect("connect")
 }
 
+/// The next `n` events of a dead-letter subscription, each within the patience.
+async fn dead_letters(dlq: &mut felix_client::Subscription, n: usize) -> Vec<felix_client::Event> {
+    let mut letters = Vec::with_capacity(n);
+    while letters.len() < n {
+        let e = tokio::time::timeout(PATIENCE, dlq.next_event())
+            .await
+            .expect("dead letters within patience")
+            .expect("dead-letter subscription")
+            .expect("event");
+        letters.push(e);
+    }
+    letters
+}
+
+/// Header `k` of a dead letter, as text.
+fn header(e: &felix_client::Event, k: &str) -> Option<String> {
+    e.headers
+        .iter()
+        .find(|(name, _)| name == k)
+        .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+}
+
 async fn stream(conn: &Connection, name: &str, shards: u32) {
     conn.create_stream(
         T,
@@ -518,21 +540,7 @@ async fn an_exhausted_record_is_dead_lettered_once_with_its_headers(
         .subscribe(T, NS, "poison-dlq", 0, StartAt::Earliest)
         .await
         .expect("subscribe");
-    let mut letters = Vec::new();
-    while letters.len() < 2 {
-        let e = tokio::time::timeout(PATIENCE, dlq.next_event())
-            .await
-            .expect("dead letters within patience")
-            .expect("dead-letter subscription")
-            .expect("event");
-        letters.push(e);
-    }
-    let header = |e: &felix_client::Event, k: &str| {
-        e.headers
-            .iter()
-            .find(|(name, _)| name == k)
-            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-    };
+    let letters = dead_letters(&mut dlq, 2).await;
     let nacked = &letters[0];
     assert_eq!(nacked.payload.as_ref(), b"poison");
     assert_eq!(nacked.key.as_deref(), Some(&b"k"[..]));
@@ -628,26 +636,12 @@ async fn many_records_nacked_at_once_are_each_dead_lettered_once(
         .subscribe(T, NS, "poison-many-dlq", 0, StartAt::Earliest)
         .await
         .expect("subscribe");
-    let mut letters = Vec::new();
-    while letters.len() < 30 {
-        let e = tokio::time::timeout(PATIENCE, dlq.next_event())
-            .await
-            .expect("dead letters within patience")
-            .expect("dead-letter subscription")
-            .expect("event");
-        letters.push(e);
-    }
+    let letters = dead_letters(&mut dlq, 30).await;
     for (i, e) in letters.iter().enumerate() {
-        let header = |k: &str| {
-            e.headers
-                .iter()
-                .find(|(name, _)| name == k)
-                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
-        };
         assert_eq!(e.payload.as_ref(), format!("p{i}").as_bytes());
-        assert_eq!(header("felix-dlq-offset"), Some(i.to_string()));
-        assert_eq!(header("felix-dlq-attempts").as_deref(), Some("1"));
-        assert_eq!(header("felix-dlq-reason").as_deref(), Some("bad"));
+        assert_eq!(header(e, "felix-dlq-offset"), Some(i.to_string()));
+        assert_eq!(header(e, "felix-dlq-attempts").as_deref(), Some("1"));
+        assert_eq!(header(e, "felix-dlq-reason").as_deref(), Some("bad"));
     }
     let more = tokio::time::timeout(Duration::from_millis(1_500), dlq.next_event()).await;
     assert!(more.is_err(), "a record dead-lettered twice: {more:?}");
