@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Kafka share groups vs a classic consumer group on Felix: consume+accept records/s with 1
-# and 4 confluent-kafka ShareConsumers (explicit ACCEPT of every record, acknowledgements
-# piggy-backed on ShareFetch) and with one classic Consumer (auto-commit), each on a fresh
+# and 4 confluent-kafka ShareConsumers, accepting each record with an explicit ACCEPT call
+# ("share") or implicitly by the next poll ("implicit", Kafka's default acknowledgement
+# mode), acknowledgements piggy-backed on ShareFetch either way, and with one classic
+# Consumer (auto-commit), each on a fresh
 # topic of PARTITIONS partitions holding the same RECORDS records of SIZE bytes, interleaved
 # reps, one broker. Writes bench/results/share-groups.md (table) and
 # bench/results/share-groups.jsonl (raw lines). Local runs only (CI never runs it); needs
@@ -9,6 +11,7 @@
 #
 #   bench/share-groups.sh
 #   REPS=5 RECORDS=50000 bench/share-groups.sh        (defaults: 3, 20000)
+#   KINDS="classic:1 implicit:1" bench/share-groups.sh  (default: all five kinds below)
 #   PROFILE=release bench/share-groups.sh             (default: debug, the dev build)
 #   FELIX_BIN=/path/to/felix SKIP_BUILD=1 RESULTS=/tmp/ab/main-1 bench/share-groups.sh
 #       (another build's broker, e.g. main's for an A/B, its table and lines written to
@@ -17,7 +20,8 @@
 # Where one consumer's time goes (its own CPU, the time inside poll(), the poll sizes):
 # bench/share_groups_probe.py against a broker already up (its header has the commands).
 #
-# Per rep, for each of classic, share x1, share x4 (order rotating between reps): create the
+# Per rep, for each of classic, share x1, share x4, implicit x1, implicit x4 (order rotating
+# between reps): create the
 # topic, make the share group exist (a share group starts at `latest`), produce RECORDS,
 # then time from the first record received to the last (across all consumers for share x4,
 # 4 processes; the time from subscribe() is kept too, but for the classic group it includes
@@ -77,12 +81,12 @@ for _ in $(seq 1 300); do
 done
 
 PY=bench/share_groups.py
-KINDS=("classic 1" "share 1" "share 4")
+read -r -a KINDS <<<"${KINDS:-classic:1 share:1 share:4 implicit:1 implicit:4}"
 for rep in $(seq 1 "$REPS"); do
-  for k in 0 1 2; do
-    read -r kind consumers <<<"${KINDS[$(((k + rep) % 3))]}"
+  for k in "${!KINDS[@]}"; do
+    IFS=: read -r kind consumers <<<"${KINDS[$(((k + rep) % ${#KINDS[@]}))]}"
     topic="r${rep}-${kind}-${consumers}"
-    [ "$kind" = share ] && python3 "$PY" join "$KAFKA" "$topic" "$topic-share"
+    [ "$kind" != classic ] && python3 "$PY" join "$KAFKA" "$topic" "$topic-share"
     python3 "$PY" produce "$KAFKA" "$topic" "$RECORDS" "$SIZE"
     load_before=$(loadavg)
     cpu_before=$(cpu_ticks "$FELIX_PID")
@@ -104,15 +108,18 @@ import json, statistics, sys
 path, profile, records, size, partitions, commit = sys.argv[1:]
 lines = [json.loads(l) for l in open(path)]
 def label(r):
-    return "classic consumer group, 1 Consumer" if r["kind"] == "classic" else f"share group, {r['consumers']} ShareConsumer(s)"
+    if r["kind"] == "classic":
+        return "classic consumer group, 1 Consumer"
+    how = "explicit ACCEPT per record" if r["kind"] == "share" else "implicit acceptance"
+    return f"share group, {r['consumers']} ShareConsumer(s), {how}"
 rows = {}
 for r in lines:
     rows.setdefault(label(r), []).append(r)
 classic = statistics.median(r["steady_records_per_s"] for r in rows["classic consumer group, 1 Consumer"])
 print(f"# Kafka share groups vs a classic consumer group: consume+accept records/s (commit {commit})\n")
-print(f"Command: `bench/share-groups.sh` (PROFILE={profile}, {len(lines)//3} reps interleaved). Raw lines: `share-groups.jsonl`.\n")
+print(f"Command: `bench/share-groups.sh` (PROFILE={profile}, {max(len(rs) for rs in rows.values())} reps interleaved). Raw lines: `share-groups.jsonl`.\n")
 print(f"* One `felix` ({profile} build) on loopback, defaults; each run on a fresh topic of {partitions} partitions holding {records} records of {size} B, confluent-kafka 2.16 (librdkafka 2.16.0).")
-print("* Share: explicit ACCEPT of every record, acknowledgements piggy-backed on the next ShareFetch; N consumers are N processes. Classic: one Consumer, auto-commit. Rate: records over the time from the first record received to the last (steady state); from subscribe() in the last column (the classic group's includes its 3 s initial rebalance delay).")
+print("* Share: every record accepted, with an explicit ACCEPT call or implicitly by the next poll (Kafka's default mode), acknowledgements piggy-backed on the next ShareFetch; N consumers are N processes. Classic: one Consumer, auto-commit. Rate: records over the time from the first record received to the last (steady state); from subscribe() in the last column (the classic group's includes its 3 s initial rebalance delay).")
 print("* The machine is shared (2 cores, other builds and tests): the load average is in the raw lines.\n")
 print("| consumers | records/s, first→last record (median, range) | ÷ classic | broker CPU s per 10k records | records/s from subscribe() (median) |")
 print("|---|---|---|---|---|")
@@ -120,6 +127,6 @@ for name, rs in rows.items():
     v = [r["steady_records_per_s"] for r in rs]
     cpu = statistics.median(r["broker_cpu_s"] / r["records"] * 10000 for r in rs)
     total = statistics.median(r["records_per_s"] for r in rs)
-    print(f"| {name} | **{statistics.median(v):.0f}** ({min(v):.0f}–{max(v):.0f}) | {statistics.median(v)/classic:.2f}× | {cpu:.2f} | {total:.0f} |")
+    print(f"| {name} | **{statistics.median(v):.0f}** ({min(v):.0f}–{max(v):.0f}) | {statistics.median(v)/classic:.2f}× | {cpu:.3f} | {total:.0f} |")
 PY
 cat "$RESULTS.md" >&2

@@ -1,9 +1,14 @@
 """One run of bench/share-groups.sh: consume+accept records/s of a Kafka share group (1 or N
-ShareConsumers, explicit ACCEPT of every record) or of a classic consumer group (one
-Consumer, offsets auto-committed), on a fresh topic holding RECORDS records. Prints one
-JSON line.
+ShareConsumers) or of a classic consumer group (one Consumer, offsets auto-committed), on a
+fresh topic holding RECORDS records. Prints one JSON line.
 
-    python3 bench/share_groups.py share BOOTSTRAP TOPIC RECORDS CONSUMERS
+A share group's records are accepted in one of the two ways a ShareConsumer offers:
+`share` acknowledges each record with an explicit ACCEPT call (one call into the client per
+record), `implicit` (`share.acknowledgement.mode=implicit`, Kafka's default) accepts every
+record a poll returned when the next poll is made. Both send their acceptances piggy-backed
+on the next ShareFetch; only the client's work per record differs.
+
+    python3 bench/share_groups.py share|implicit BOOTSTRAP TOPIC RECORDS CONSUMERS
     python3 bench/share_groups.py classic BOOTSTRAP TOPIC RECORDS 1
     python3 bench/share_groups.py produce BOOTSTRAP TOPIC RECORDS SIZE
     python3 bench/share_groups.py join BOOTSTRAP TOPIC GROUP
@@ -50,35 +55,39 @@ def join(bootstrap, topic, group):
     c.close()
 
 
-def share_worker(bootstrap, topic, group, total, done, start, out):
+def share_worker(bootstrap, topic, group, mode, total, done, start, out):
+    explicit = mode == "share"
     c = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group,
-                       "share.acknowledgement.mode": "explicit"})
+                       "share.acknowledgement.mode": "explicit" if explicit else "implicit"})
     start.wait()
     c.subscribe([topic])
     mine, first, last = 0, None, 0.0
     while done.value < total:
         got = c.poll(0.2)
+        k = 0
         for m in got:
             if m.error():
                 continue
-            c.acknowledge(m, AcknowledgeType.ACCEPT)
-            mine += 1
-        if got:
+            if explicit:
+                c.acknowledge(m, AcknowledgeType.ACCEPT)
+            k += 1
+        if k:
+            mine += k
             with done.get_lock():
-                done.value += sum(1 for m in got if not m.error())
+                done.value += k
             last = time.time()
             first = first or last
     c.close()
     out.put((mine, first or last, last))
 
 
-def share(bootstrap, topic, n, consumers):
+def share(bootstrap, topic, n, consumers, mode):
     group = f"{topic}-share"
     done = mp.Value("q", 0)
     start = mp.Event()
     out = mp.Queue()
     procs = [mp.Process(target=share_worker,
-                        args=(bootstrap, topic, group, n, done, start, out))
+                        args=(bootstrap, topic, group, mode, n, done, start, out))
              for _ in range(consumers)]
     for p in procs:
         p.start()
@@ -122,7 +131,10 @@ def main():
         join(bootstrap, topic, sys.argv[4])
         return
     n, consumers = int(sys.argv[4]), int(sys.argv[5])
-    r = share(bootstrap, topic, n, consumers) if kind == "share" else classic(bootstrap, topic, n)
+    if kind == "classic":
+        r = classic(bootstrap, topic, n)
+    else:
+        r = share(bootstrap, topic, n, consumers, kind)
     r.update({"kind": kind, "consumers": consumers,
               "records_per_s": round(r["records"] / r["seconds"], 1),
               "steady_records_per_s": round(r["records"] / max(r["steady_seconds"], 1e-3), 1)})
