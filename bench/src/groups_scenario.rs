@@ -260,7 +260,7 @@ async fn consume(
             (stream.to_owned(), group.clone(), args.records, args.batch);
         let nack_some = dead_letter.is_some();
         tasks.push(tokio::spawn(async move {
-            let mut consumer = c.group(TENANT, NAMESPACE, &stream, &group);
+            let mut consumer = c.group(TENANT, NAMESPACE, &stream, &group).prefetch(true);
             let mut h = histogram();
             while answered.load(Ordering::Relaxed) < total {
                 let records = consumer.poll(batch, Duration::from_millis(200)).await?;

@@ -330,6 +330,7 @@ impl Connection {
             body,
             self.inner.max_frame,
             timeout,
+            self.has_feature(features::BINARY_GROUP_HEADERS),
         )
         .await
     }

@@ -33,9 +33,19 @@ pub(crate) fn encode_request_as(
     max_frame: usize,
     binary: bool,
 ) -> Result<[Bytes; 2], ClientError> {
+    encode_frame(
+        felix_wire::binary::request_header(request, binary),
+        body,
+        max_frame,
+    )
+}
+
+/// A request frame of `header` (already encoded) and `body`, refusing frames over
+/// `max_frame`; the head and the body as separate chunks.
+fn encode_frame(header: Vec<u8>, body: Bytes, max_frame: usize) -> Result<[Bytes; 2], ClientError> {
     let frame = Frame {
         kind: FrameKind::Request,
-        header: felix_wire::binary::request_header(request, binary),
+        header,
         body,
     };
     let len = frame.wire_len();
@@ -132,7 +142,7 @@ pub(crate) fn parse_response(frame: &Frame) -> Result<Response, ClientError> {
             frame.kind
         )));
     }
-    // Binary for an answer to a binary cache request, else JSON.
+    // Binary for an answer to a binary cache or group request, else JSON.
     match felix_wire::binary::read_response(&frame.header)
         .map_err(|e| ClientError::Protocol(e.to_string()))?
     {
@@ -193,16 +203,20 @@ pub(crate) async fn call_tracked(
 }
 
 /// [`call_tracked`] with a request body, for a request whose answer has a body (a group
-/// poll's records): returns the response and the body.
+/// poll's records): returns the response and the body. With `binary_groups` (the broker
+/// agreed to `features::BINARY_GROUP_HEADERS`) a group poll or answer goes with a binary
+/// header.
 pub(crate) async fn call_with_body(
     conn: &quinn::Connection,
     request: &Request,
     body: Bytes,
     max_frame: usize,
     timeout: Duration,
+    binary_groups: bool,
 ) -> Result<(Response, Bytes), Failed> {
+    let header = felix_wire::binary_groups::request_header(request, binary_groups);
     let frame =
-        encode_request(request, body, max_frame).map_err(|error| Failed { error, sent: false })?;
+        encode_frame(header, body, max_frame).map_err(|error| Failed { error, sent: false })?;
     let mut sent = false;
     let result = tokio::time::timeout(timeout, async {
         let mut open = open(conn, &frame).await?;

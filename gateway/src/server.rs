@@ -211,8 +211,10 @@ async fn serve_frame(
     session: &Arc<Session>,
     reusing: bool,
 ) -> Served {
-    // A binary header (`features::BINARY_CACHE_HEADERS`) is answered in binary.
+    // A binary header (`features::BINARY_CACHE_HEADERS`, `BINARY_GROUP_HEADERS`) is
+    // answered in binary.
     let binary = felix_wire::binary::is_binary(&frame.header);
+    let binary_group = felix_wire::binary_groups::is_binary(&frame.header);
     let request: Request = match (frame.kind, felix_wire::binary::read_request(&frame.header)) {
         (FrameKind::Request, Ok(r)) => r,
         (FrameKind::Request, Err(e)) => {
@@ -581,7 +583,11 @@ async fn serve_frame(
                 answer = crate::groups::requests::serve(broker, request) => answer,
                 _ = stopped => return Served::Done,
             };
-            let frame = Frame::new(FrameKind::Response, &response, body);
+            let frame = Frame {
+                kind: FrameKind::Response,
+                header: felix_wire::binary_groups::response_header(&response, binary_group),
+                body,
+            };
             let mut chunks = [Bytes::from(frame.encode_head()), frame.body.clone()];
             let _ = send.write_all_chunks(&mut chunks).await;
             return Served::Done;

@@ -34,6 +34,7 @@ mod broker {
     mod fencing;
     mod groups;
     mod groups_auth;
+    mod groups_binary;
     mod groups_failover;
     mod idempotence;
     mod internal_auth;

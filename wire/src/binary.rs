@@ -54,7 +54,7 @@ pub fn is_binary(header: &[u8]) -> bool {
     header.first() == Some(&TAG)
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) -> Option<()> {
+pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) -> Option<()> {
     let len = u16::try_from(s.len()).ok()?;
     out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(s.as_bytes());
@@ -137,64 +137,92 @@ pub fn encode_response(response: &CacheResponse) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// A cursor over a binary header: every read is checked against what is left.
-struct Reader<'a> {
+/// A cursor over a binary header: every read is checked against what is left. Errors name
+/// the header's family (`label`: the cache's here, the groups' in `binary_groups.rs`).
+pub(crate) struct Reader<'a> {
     buf: &'a [u8],
+    label: &'static str,
 }
 
 fn bad(what: impl std::fmt::Display) -> FrameError {
-    FrameError::BadHeader(format!("binary cache header: {what}"))
+    bad_in(CACHE_LABEL, what)
+}
+
+const CACHE_LABEL: &str = "binary cache header";
+
+/// A header error of the family `label`.
+pub(crate) fn bad_in(label: &str, what: impl std::fmt::Display) -> FrameError {
+    FrameError::BadHeader(format!("{label}: {what}"))
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], FrameError> {
+    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], FrameError> {
         if self.buf.len() < n {
-            return Err(bad(format_args!(
-                "{what} cut short ({n} bytes needed, {} left)",
-                self.buf.len()
-            )));
+            return Err(bad_in(
+                self.label,
+                format_args!(
+                    "{what} cut short ({n} bytes needed, {} left)",
+                    self.buf.len()
+                ),
+            ));
         }
         let (head, rest) = self.buf.split_at(n);
         self.buf = rest;
         Ok(head)
     }
 
-    fn u8(&mut self, what: &str) -> Result<u8, FrameError> {
+    pub(crate) fn u8(&mut self, what: &str) -> Result<u8, FrameError> {
         Ok(self.take(1, what)?[0])
     }
 
-    fn u64(&mut self, what: &str) -> Result<u64, FrameError> {
+    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, FrameError> {
         let b = self.take(8, what)?;
         Ok(u64::from_be_bytes(b.try_into().expect("8 bytes taken")))
     }
 
-    fn string(&mut self, what: &str) -> Result<String, FrameError> {
+    pub(crate) fn string(&mut self, what: &str) -> Result<String, FrameError> {
         let len = self.take(2, what)?;
         let len = u16::from_be_bytes([len[0], len[1]]) as usize;
         let bytes = self.take(len, what)?;
         std::str::from_utf8(bytes)
             .map(str::to_owned)
-            .map_err(|_| bad(format_args!("{what} is not UTF-8")))
+            .map_err(|_| bad_in(self.label, format_args!("{what} is not UTF-8")))
     }
 
-    fn end(&self) -> Result<(), FrameError> {
+    pub(crate) fn end(&self) -> Result<(), FrameError> {
         if self.buf.is_empty() {
             Ok(())
         } else {
-            Err(bad(format_args!(
-                "{} bytes after the last field",
-                self.buf.len()
-            )))
+            Err(bad_in(
+                self.label,
+                format_args!("{} bytes after the last field", self.buf.len()),
+            ))
         }
+    }
+
+    /// What is left unread.
+    pub(crate) fn left(&self) -> usize {
+        self.buf.len()
     }
 
     /// The tag; `kind`: what the header should hold, for the error.
     fn start(buf: &'a [u8], kind: &str) -> Result<Reader<'a>, FrameError> {
-        let mut r = Reader { buf };
-        if r.u8(kind)? != TAG {
-            return Err(bad(format_args!(
-                "{kind} does not start with the binary tag"
-            )));
+        Reader::start_tagged(buf, TAG, CACHE_LABEL, kind)
+    }
+
+    /// A header of the family `label`, whose first byte must be `tag`.
+    pub(crate) fn start_tagged(
+        buf: &'a [u8],
+        tag: u8,
+        label: &'static str,
+        kind: &str,
+    ) -> Result<Reader<'a>, FrameError> {
+        let mut r = Reader { buf, label };
+        if r.u8(kind)? != tag {
+            return Err(bad_in(
+                label,
+                format_args!("{kind} does not start with the binary tag"),
+            ));
         }
         Ok(r)
     }
@@ -340,18 +368,24 @@ pub fn decode_response(header: &[u8]) -> Result<CacheResponse, FrameError> {
     Ok(response)
 }
 
-/// A request frame's header, in whichever encoding it is: binary ([`TAG`] first) or JSON.
+/// A request frame's header, in whichever encoding it is: binary ([`TAG`] first, or the
+/// groups' tag, `binary_groups.rs`) or JSON.
 pub fn read_request(header: &[u8]) -> Result<Request, FrameError> {
-    if is_binary(header) {
+    if crate::binary_groups::is_binary(header) {
+        crate::binary_groups::decode_request(header).map(Request::Group)
+    } else if is_binary(header) {
         decode_request(header).map(Request::Cache)
     } else {
         serde_json::from_slice(header).map_err(|e| FrameError::BadHeader(e.to_string()))
     }
 }
 
-/// A response frame's header, in whichever encoding it is: binary ([`TAG`] first) or JSON.
+/// A response frame's header, in whichever encoding it is: binary ([`TAG`] first, or the
+/// groups' tag) or JSON.
 pub fn read_response(header: &[u8]) -> Result<Response, FrameError> {
-    if is_binary(header) {
+    if crate::binary_groups::is_binary(header) {
+        crate::binary_groups::decode_response(header).map(Response::Group)
+    } else if is_binary(header) {
         decode_response(header).map(Response::Cache)
     } else {
         serde_json::from_slice(header).map_err(|e| FrameError::BadHeader(e.to_string()))
@@ -378,7 +412,7 @@ pub fn response_header(response: &Response, binary: bool) -> Vec<u8> {
     }
 }
 
-fn json(message: &impl serde::Serialize) -> Vec<u8> {
+pub(crate) fn json(message: &impl serde::Serialize) -> Vec<u8> {
     // Serializing our own message types cannot fail (no maps with non-string keys).
     serde_json::to_vec(message).unwrap_or_default()
 }

@@ -13,6 +13,7 @@
 //!   feature bits (documented in docs/protocol.md).
 //! * [`frame`] — the protocol's frames: length, kind, header and body.
 //! * [`binary`] — the compact binary headers of the cache's key operations.
+//! * [`binary_groups`] — the compact binary headers of the groups' polls and answers.
 //! * [`groups`] — the consumer-group requests and answers inside the protocol.
 //! * [`moves`] — the cluster operations (brokers, drains, shard moves) inside the protocol.
 //! * [`cache`] — the cache requests, answers and watch changes inside the protocol.
@@ -25,6 +26,7 @@
 
 pub mod batch;
 pub mod binary;
+pub mod binary_groups;
 pub mod cache;
 pub mod checked;
 pub mod codec;

@@ -36,9 +36,15 @@ pub mod features {
     /// (`crate::binary`): a client that agreed may send them, and the broker answers such a
     /// request in binary when the answer has a binary form. JSON headers stay valid.
     pub const BINARY_CACHE_HEADERS: u64 = 1 << 3;
+    /// Compact binary headers for group polls, acks, nacks and extends and their answers
+    /// (`crate::binary_groups`), on the same terms as `BINARY_CACHE_HEADERS`.
+    pub const BINARY_GROUP_HEADERS: u64 = 1 << 4;
     /// Every feature this build implements.
-    pub const ALL: u64 =
-        SUBSCRIPTION_LAGGED | IDEMPOTENT_PRODUCER | REUSED_STREAMS | BINARY_CACHE_HEADERS;
+    pub const ALL: u64 = SUBSCRIPTION_LAGGED
+        | IDEMPOTENT_PRODUCER
+        | REUSED_STREAMS
+        | BINARY_CACHE_HEADERS
+        | BINARY_GROUP_HEADERS;
 }
 
 /// Where a subscription starts.

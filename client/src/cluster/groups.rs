@@ -136,6 +136,8 @@ pub struct GroupConsumer {
     polling: HashMap<u32, Outstanding>,
     /// Where the next round of polls starts (fairness when the budget is short).
     next_shard: u32,
+    /// Claim the next poll's records while the caller handles these ([`GroupConsumer::prefetch`]).
+    prefetch: bool,
 }
 
 /// A shard's poll in flight.
@@ -185,6 +187,7 @@ impl Client {
             rx,
             polling: HashMap::new(),
             next_shard: 0,
+            prefetch: false,
         }
     }
 
@@ -568,7 +571,29 @@ impl GroupConsumer {
             return Err(e);
         }
         let n = max.min(self.ready.len());
-        Ok(self.ready.drain(..n).collect())
+        let records = self.ready.drain(..n).collect();
+        if self.prefetch && n > 0 {
+            // The next call's polls go out now, within the same budget (`max` less what is
+            // still ready or outstanding), so the broker claims them while the caller
+            // handles and answers these: one consumer no longer waits a poll's round trip
+            // after every acknowledgement. (The shard count is cached by now; were it not
+            // to be had, the records claimed are returned all the same.)
+            let (t, ns, s) = &self.target.key;
+            if let Ok(shards) = self.target.client.shard_count(t, ns, s).await {
+                self.spread(shards, max, Duration::ZERO);
+            }
+        }
+        Ok(records)
+    }
+
+    /// With `on`, every [`GroupConsumer::poll`] that returns records starts the polls for
+    /// the next call (no more than it asked for) before returning: those records are
+    /// claimed, and their visibility timeout runs, while the caller handles the ones
+    /// returned. If the consumer stops polling they lapse at their deadline and go to
+    /// another consumer, as any unanswered claim does. Off by default.
+    pub fn prefetch(mut self, on: bool) -> Self {
+        self.prefetch = on;
+        self
     }
 
     /// Starts polls on the shards with none outstanding, as [`group_spread::plan`] shares

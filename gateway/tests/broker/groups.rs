@@ -94,7 +94,11 @@ async fn publish(client: &Client, stream: &str, prefix: &str, n: usize) -> BTree
     all
 }
 
-fn config(visibility_ms: u64, max_attempts: u32, dead_letter: Option<&str>) -> GroupConfig {
+pub(super) fn config(
+    visibility_ms: u64,
+    max_attempts: u32,
+    dead_letter: Option<&str>,
+) -> GroupConfig {
     GroupConfig {
         visibility_timeout_ms: Some(visibility_ms),
         max_attempts: Some(max_attempts),
@@ -163,6 +167,7 @@ async fn consumer_groups_on_one_broker() {
     polls_end_at_stored_batch_ends_and_hand_every_record_out_once(&conn, &client).await;
     group_metrics_count_deliveries_acks_redeliveries_and_dead_letters(&broker).await;
     felixctl_group_consume_prints_each_record_then_acks_it(&broker, &conn, &client).await;
+    super::groups_binary::binary_group_headers_answer_like_json_and_a_malformed_one_changes_nothing(&broker, &conn, &client).await;
     super::fencing::publish_if_and_commit_races_have_exactly_one_winner(&conn, &client).await;
     super::fencing::a_projection_writer_that_crashes_between_output_and_commit_neither_duplicates_nor_loses(&conn, &client).await;
 }
