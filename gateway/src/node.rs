@@ -79,6 +79,18 @@ impl Node {
         namespace: &str,
         name: &str,
     ) -> Result<(u64, StreamSettings), ErrorBody> {
+        self.stream_entry(tenant, namespace, name, |s| (s.version, s.settings.clone()))
+    }
+
+    /// What `read` takes from a stream's entry in the registry, under one look-up (a
+    /// shard's open on every operation wants its settings and incarnation both).
+    pub(crate) fn stream_entry<T>(
+        &self,
+        tenant: &str,
+        namespace: &str,
+        name: &str,
+        read: impl FnOnce(&felix_meta::model::Stream) -> T,
+    ) -> Result<T, ErrorBody> {
         let reg = self.registry.borrow();
         require_namespace(&reg, tenant, namespace)?;
         let s = reg.stream(tenant, namespace, name).ok_or_else(|| {
@@ -88,7 +100,7 @@ impl Node {
                 format!("unknown stream {tenant}/{namespace}/{name}"),
             )
         })?;
-        Ok((s.version, s.settings.clone()))
+        Ok(read(s))
     }
 
     /// Whether this broker keeps a copy of the shard: always on a single node; in a

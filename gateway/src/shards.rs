@@ -218,13 +218,9 @@ impl Shards {
             &key.stream[..],
             key.shard,
         );
-        let (_, settings) = self.node.stream_settings(tenant, namespace, stream)?;
-        let incarnation = self
-            .node
-            .registry
-            .borrow()
-            .stream(tenant, namespace, stream)
-            .map_or(0, |s| s.incarnation);
+        let (settings, incarnation) = self.node.stream_entry(tenant, namespace, stream, |s| {
+            (s.settings.clone(), s.incarnation)
+        })?;
         if shard >= settings.shards {
             return Err(err(
                 codes::UNKNOWN_SHARD,

@@ -60,9 +60,24 @@ impl Registry {
             .is_some_and(|n| n.contains(namespace))
     }
     /// The stream, if it exists.
+    ///
+    /// Looked up on every publish and cache operation, so the key is built in a buffer the
+    /// thread keeps rather than a new `String` each time (as `stream_key` spells it).
     pub fn stream(&self, tenant: &str, namespace: &str, name: &str) -> Option<&Stream> {
-        self.streams
-            .get(&crate::model::stream_key(tenant, namespace, name))
+        thread_local! {
+            static KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+        }
+        KEY.with_borrow_mut(|key| {
+            key.clear();
+            for (i, part) in [tenant, namespace, name].into_iter().enumerate() {
+                if i > 0 {
+                    key.push('/');
+                }
+                key.push_str(part);
+            }
+            debug_assert_eq!(*key, crate::model::stream_key(tenant, namespace, name));
+            self.streams.get(key.as_str())
+        })
     }
 }
 
@@ -310,5 +325,54 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             meta: s.meta.clone(),
             snapshot: Box::new(Cursor::new(s.data.clone())),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Command, StreamSettings};
+
+    #[test]
+    fn a_stream_is_found_by_its_three_names_and_only_by_them() {
+        let mut state = MetaState::default();
+        let mut create = |tenant: &str, namespace: &str, name: &str| {
+            for cmd in [
+                Command::CreateTenant {
+                    name: tenant.into(),
+                },
+                Command::CreateNamespace {
+                    tenant: tenant.into(),
+                    name: namespace.into(),
+                },
+                Command::CreateStream {
+                    tenant: tenant.into(),
+                    namespace: namespace.into(),
+                    name: name.into(),
+                    settings: StreamSettings::default(),
+                },
+            ] {
+                let _ = state.apply(&cmd);
+            }
+        };
+        create("acme", "prod", "orders-long-name");
+        create("acme", "dev", "o");
+        let reg = Registry::of(&state, 1);
+        // Looked up in turn on one thread: each look-up spells its own key, whatever the
+        // one before it spelled.
+        for _ in 0..2 {
+            let long = reg
+                .stream("acme", "prod", "orders-long-name")
+                .expect("found");
+            assert_eq!(
+                (&long.namespace[..], &long.name[..]),
+                ("prod", "orders-long-name")
+            );
+            let short = reg.stream("acme", "dev", "o").expect("found");
+            assert_eq!((&short.namespace[..], &short.name[..]), ("dev", "o"));
+            assert!(reg.stream("acme", "prod", "o").is_none());
+            assert!(reg.stream("acme", "dev", "orders-long-name").is_none());
+            assert!(reg.stream("acm", "e/dev", "o").is_none());
+        }
     }
 }

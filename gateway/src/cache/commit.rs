@@ -34,7 +34,7 @@ use crate::broker::Broker;
 use crate::errors::{err, log_error};
 
 /// One record batch holding `ops`, as a log-backed shard's log takes it.
-pub(crate) fn encode_ops(ops: Vec<LogOp>) -> Result<Vec<u8>, ErrorBody> {
+pub(crate) fn encode_ops(ops: &[LogOp]) -> Result<Vec<u8>, ErrorBody> {
     encode(ops, now_ms() as i64).map_err(|e| {
         err(
             codes::INTERNAL,
@@ -164,7 +164,7 @@ impl Broker {
             }
             return Ok(Staged { ticket: None });
         }
-        let batch = encode_ops(ops.clone())?;
+        let batch = encode_ops(&ops)?;
         self.stage_batch(cs, st, batch, ops).await
     }
 

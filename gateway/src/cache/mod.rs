@@ -90,14 +90,14 @@ impl Broker {
         key: &str,
     ) -> Result<ShardKey, ErrorBody> {
         let stream = backing_stream(name);
-        let (_, settings) = self
+        let shards = self
             .node
-            .stream_settings(tenant, namespace, &stream)
+            .stream_entry(tenant, namespace, &stream, |s| s.settings.shards)
             .map_err(|e| match e.code {
                 codes::UNKNOWN_STREAM => unknown_cache(tenant, namespace, name),
                 _ => e,
             })?;
-        let shard = felix_wire::murmur2::shard_for_key(key.as_bytes(), settings.shards);
+        let shard = felix_wire::murmur2::shard_for_key(key.as_bytes(), shards);
         Ok(shard_key(tenant, namespace, &stream, shard))
     }
 

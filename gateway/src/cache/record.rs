@@ -62,7 +62,7 @@ impl LogOp {
         }
     }
 
-    fn into_record(self, now_ms: i64) -> Record {
+    fn to_record(&self, now_ms: i64) -> Record {
         let u64h = |k: &str, v: u64| Header {
             key: k.to_owned(),
             value: Some(Bytes::copy_from_slice(&v.to_be_bytes())),
@@ -87,9 +87,10 @@ impl LogOp {
                 version,
                 expires_at,
             } => {
-                let mut h = vec![op(b"p"), u64h(VERSION, version)];
+                let mut h = Vec::with_capacity(4);
+                h.extend([op(b"p"), u64h(VERSION, *version)]);
                 if let Some(x) = expires_at {
-                    h.push(u64h(EXPIRES, x));
+                    h.push(u64h(EXPIRES, *x));
                 }
                 if snapshot {
                     h.push(Header {
@@ -97,7 +98,7 @@ impl LogOp {
                         value: Some(Bytes::from_static(b"1")),
                     });
                 }
-                (Some(key), Some(value), h)
+                (Some(key), Some(value.clone()), h)
             }
             LogOp::Delete {
                 key,
@@ -107,18 +108,18 @@ impl LogOp {
                 Some(key),
                 None,
                 vec![
-                    op(if expired { b"e" } else { b"d" }),
-                    u64h(VERSION, version),
+                    op(if *expired { b"e" } else { b"d" }),
+                    u64h(VERSION, *version),
                 ],
             ),
             LogOp::Floor { next_version } => {
-                (None, None, vec![op(b"f"), u64h(VERSION, next_version)])
+                (None, None, vec![op(b"f"), u64h(VERSION, *next_version)])
             }
         };
         Record {
             offset: 0,
             timestamp: now_ms,
-            key: key.map(|k| Bytes::from(k.into_bytes())),
+            key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
             value,
             headers,
         }
@@ -169,10 +170,10 @@ impl LogOp {
 }
 
 /// One record batch holding `ops` in order.
-pub(crate) fn encode(ops: Vec<LogOp>, now_ms: i64) -> Result<Vec<u8>, WireError> {
+pub(crate) fn encode(ops: &[LogOp], now_ms: i64) -> Result<Vec<u8>, WireError> {
     let mut b = BatchBuilder::new(Compression::None);
     for op in ops {
-        b.push(op.into_record(now_ms));
+        b.push(op.to_record(now_ms));
     }
     b.build()
 }
@@ -210,7 +211,7 @@ mod tests {
                 expires_at: Some(2_000),
             },
         ];
-        let batch = encode(ops.clone(), 5).expect("encodes");
+        let batch = encode(&ops, 5).expect("encodes");
         let decoded = DecodedBatch::decode(&batch, 1 << 20).expect("decodes");
         let back: Vec<LogOp> = decoded.records.iter().filter_map(LogOp::of).collect();
         assert_eq!(back, ops);

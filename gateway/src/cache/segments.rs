@@ -17,13 +17,16 @@ pub const CACHE_SEGMENT_BYTES: u64 = 256 * 1024;
 /// The largest segment [`fit_segment`] gives a cache shard's log.
 pub const MAX_CACHE_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 
-/// Sets the segment size of an owned shard's log to a quarter of its live data, between
-/// [`CACHE_SEGMENT_BYTES`] and [`MAX_CACHE_SEGMENT_BYTES`]; returns it. A quarter of the
-/// live data keeps what compaction lets the log grow to within a small multiple of it
-/// (`COMPACT_FACTOR` times, plus a segment), and a small cache keeps small segments, so
-/// compaction can drop them soon.
+/// Sets the segment size of an owned shard's log to its live data, between
+/// [`CACHE_SEGMENT_BYTES`] and [`MAX_CACHE_SEGMENT_BYTES`]; returns it. Segments as large as
+/// the live data keep what compaction lets the log grow to within a small multiple of it
+/// (`COMPACT_FACTOR` times, plus a segment: five times), and a small cache keeps small
+/// segments, so compaction can drop them soon. Not smaller: a roll holds the log's writer
+/// for its flushes (milliseconds), and no put of the shard is acknowledged meanwhile; at a
+/// quarter of the live data a busy shard under `felix-bench cache` rolled every ~120 ms and
+/// its writer spent 14% of the time in rolls (bench/results/cache-24d.md).
 pub(crate) fn fit_segment(log: &ShardLog, live: u64) -> u64 {
-    let want = (live / 4).clamp(CACHE_SEGMENT_BYTES, MAX_CACHE_SEGMENT_BYTES);
+    let want = live.clamp(CACHE_SEGMENT_BYTES, MAX_CACHE_SEGMENT_BYTES);
     if log.config().segment_bytes != want {
         log.alter(|c| c.segment_bytes = want);
     }
@@ -47,7 +50,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_shards_segments_are_a_quarter_of_its_live_data_within_bounds() {
+    fn a_shards_segments_are_as_large_as_its_live_data_within_bounds() {
         let dir = tempfile::tempdir().expect("dir");
         let config = LogConfig {
             segment_bytes: CACHE_SEGMENT_BYTES,
@@ -55,8 +58,8 @@ mod tests {
         };
         let log = ShardLog::open(dir.path(), config).expect("log");
         assert_eq!(fit_segment(&log, 100 * 1024), CACHE_SEGMENT_BYTES);
-        assert_eq!(fit_segment(&log, 40 << 20), 10 << 20);
-        assert_eq!(log.config().segment_bytes, 10 << 20, "the log rolls at it");
+        assert_eq!(fit_segment(&log, 40 << 20), 40 << 20);
+        assert_eq!(log.config().segment_bytes, 40 << 20, "the log rolls at it");
         assert_eq!(fit_segment(&log, 1 << 40), MAX_CACHE_SEGMENT_BYTES);
         // Back down when the live data shrinks, so compaction can drop segments soon.
         assert_eq!(fit_segment(&log, 0), CACHE_SEGMENT_BYTES);

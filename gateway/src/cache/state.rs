@@ -95,16 +95,20 @@ impl KvState {
             } => {
                 self.bump(*version);
                 self.bytes += Entry::cost(key, value);
-                let old = self.entries.insert(
-                    key.clone(),
-                    Entry {
-                        value: value.clone(),
-                        version: *version,
-                        expires_at: *expires_at,
-                    },
-                );
-                if let Some(old) = old {
-                    self.bytes -= Entry::cost(key, &old.value);
+                let entry = Entry {
+                    value: value.clone(),
+                    version: *version,
+                    expires_at: *expires_at,
+                };
+                // An overwrite keeps the key the map holds: no copy of the key per put.
+                match self.entries.get_mut(key.as_str()) {
+                    Some(held) => {
+                        let old = std::mem::replace(held, entry);
+                        self.bytes -= Entry::cost(key, &old.value);
+                    }
+                    None => {
+                        self.entries.insert(key.clone(), entry);
+                    }
                 }
             }
             LogOp::Delete { key, version, .. } => {
@@ -307,6 +311,20 @@ mod tests {
         s.apply(&LogOp::Floor { next_version: 9 });
         assert_eq!(s.next_version(), 9);
         assert_eq!(s.snapshot(0).len(), 1);
+    }
+
+    #[test]
+    fn an_overwrite_replaces_value_version_and_expiry_and_counts_the_new_bytes_only() {
+        let mut s = KvState::starting_at(1, 0);
+        s.apply(&put("k", "a-long-first-value", 1, Some(50)));
+        s.apply(&put("k", "v", 2, None));
+        let e = s.live("k", 100).expect("the overwrite has no expiry");
+        assert_eq!((&e.value[..], e.version), (&b"v"[..], 2));
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.bytes(), Entry::cost("k", &Bytes::from_static(b"v")));
+        s.apply(&put("k", "w", 3, Some(7)));
+        assert_eq!(s.live("k", 7), None, "the new expiry holds");
+        assert_eq!(s.bytes(), Entry::cost("k", &Bytes::from_static(b"w")));
     }
 
     fn copy(key: &str, value: &str, version: u64) -> LogOp {

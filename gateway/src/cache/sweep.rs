@@ -180,7 +180,7 @@ impl Broker {
             felix_meta::faults::wait_while_compactions_held().await;
         }
         for batch in snapshot_batches(entries) {
-            let batch = encode_ops(batch)?;
+            let batch = encode_ops(&batch)?;
             let staged = {
                 let mut st = cs.state.lock().await;
                 self.catch_up(cs, &mut st).await?;

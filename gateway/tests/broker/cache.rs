@@ -558,6 +558,16 @@ async fn cache_metrics_count_operations_by_kind_and_result(broker: &Broker) {
         let series = format!("felix_cache_operations_total{{op=\"{op}\",result=\"{result}\"}}");
         assert!(text.contains(&series), "no {series} in /metrics");
     }
+    // The ok series count too (they are kept from registration, not looked up per request).
+    for op in ["put", "get"] {
+        let series = format!("felix_cache_operations_total{{op=\"{op}\",result=\"ok\"}} ");
+        let count: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series}in /metrics"));
+        assert!(count > 0.0, "{series}is {count} after the puts and gets before");
+    }
     assert!(
         !metric_lines(&text, "felix_cache_entries").is_empty(),
         "no entry gauges"

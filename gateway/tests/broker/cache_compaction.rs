@@ -191,7 +191,7 @@ fn largest_segment(broker: &Broker, cache: &str) -> u64 {
     )
 }
 
-/// A busy cache's owner grows its log's segments with the live data (a quarter of it); its
+/// A busy cache's owner grows its log's segments with the live data (as large as it); its
 /// followers roll at the same size, not at the 256 KiB a cache's log starts with.
 pub(super) async fn a_followers_log_rolls_at_the_segment_size_the_owner_gives_a_busy_cache(
     cluster: &Cluster,
@@ -213,7 +213,7 @@ pub(super) async fn a_followers_log_rolls_at_the_segment_size_the_owner_gives_a_
         .await
         .expect("cache");
     let owner = shard_leader(client, (T, NS, "__cache.busy"), None).await;
-    // 12,000 keys of 1 KiB: about 13 MB live, so the owner rolls at about 3 MiB. A
+    // 12,000 keys of 1 KiB: about 13 MB live, so the owner rolls at about 13 MB. A
     // follower rolls only between the write groups of its fetches (up to 1 MiB each), so
     // one rolling at 256 KiB holds segments of up to 1.25 MiB; rounds of puts go on until
     // every follower holds one over 2 MiB (the owner sizes its segments once a second, and
