@@ -20,6 +20,10 @@
 # file storage, fresh directory): work-queue pull consumers with explicit acks, 1, 4 and 16
 # consumers, the same records, sizes and fetch sizes (felix-bench nats-groups, built with
 # the `nats` feature). Raw lines: bench/results/groups-nats.jsonl.
+#
+# Both sides claim their next batch while the consumer acks the last (Felix:
+# `GroupConsumer::prefetch`; NATS: the next pull request sent before the acks). PREFETCH=0
+# runs both one batch at a time instead (`--no-prefetch`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=bench/lib.sh
@@ -31,6 +35,8 @@ BATCHES=${BATCHES:-"400 100"}
 PROFILE=${PROFILE:-release}
 RESULTS=${RESULTS:-bench/results/groups}
 NATS=${NATS:-1}
+PREFETCH_ARGS=()
+[ "${PREFETCH:-1}" = 0 ] && PREFETCH_ARGS=(--no-prefetch)
 if [ "$NATS" = 1 ] && ! command -v nats-server >/dev/null; then
   echo "nats-server not on PATH: no NATS JetStream comparison (apt-get install -y nats-server)" >&2
   NATS=0
@@ -82,11 +88,11 @@ for rep in $(seq 1 "$REPS"); do
   for batch in $BATCHES; do
     echo "groups: rep $rep, poll size $batch" >&2
     "$BENCH" groups --broker "127.0.0.1:$QUIC_PORT" --records "$RECORDS" --batch "$batch" \
-      2>/dev/null | tail -1 >>"$OUT"
+      "${PREFETCH_ARGS[@]}" 2>/dev/null | tail -1 >>"$OUT"
     if [ "$NATS" = 1 ]; then
       echo "nats-groups: rep $rep, fetch size $batch" >&2
       "$BENCH" nats-groups --server "127.0.0.1:$NATS_PORT" --records "$RECORDS" \
-        --batch "$batch" 2>/dev/null | tail -1 >>"$NATS_OUT"
+        --batch "$batch" "${PREFETCH_ARGS[@]}" 2>/dev/null | tail -1 >>"$NATS_OUT"
     fi
   done
 done

@@ -61,6 +61,11 @@ pub struct GroupsArgs {
     /// Records per poll.
     #[arg(long, default_value_t = 100)]
     pub(crate) batch: usize,
+    /// Poll one batch at a time: the next poll goes out only after the last batch's acks
+    /// (default: the consumer claims its next poll's records while the caller acks,
+    /// `GroupConsumer::prefetch`; `felix-bench nats-groups` does the same by default).
+    #[arg(long)]
+    no_prefetch: bool,
     /// Replicas of each shard (a cluster: `--broker` is one of its brokers).
     #[arg(long)]
     replicas: Option<u32>,
@@ -259,8 +264,11 @@ async fn consume(
         let (stream, group, total, batch) =
             (stream.to_owned(), group.clone(), args.records, args.batch);
         let nack_some = dead_letter.is_some();
+        let prefetch = !args.no_prefetch;
         tasks.push(tokio::spawn(async move {
-            let mut consumer = c.group(TENANT, NAMESPACE, &stream, &group).prefetch(true);
+            let mut consumer = c
+                .group(TENANT, NAMESPACE, &stream, &group)
+                .prefetch(prefetch);
             let mut h = histogram();
             while answered.load(Ordering::Relaxed) < total {
                 let records = consumer.poll(batch, Duration::from_millis(200)).await?;

@@ -47,6 +47,11 @@ pub struct NatsGroupsArgs {
     /// Records per fetch.
     #[arg(long, default_value_t = 100)]
     batch: usize,
+    /// Fetch one batch at a time: the next fetch goes out only after the last batch's acks
+    /// (default: the next fetch goes out before the acks, as `felix-bench groups` claims
+    /// its next poll's records while the consumer acks).
+    #[arg(long)]
+    no_prefetch: bool,
 }
 
 #[derive(Serialize)]
@@ -148,15 +153,24 @@ async fn one_run(args: &NatsGroupsArgs, n: usize) -> anyhow::Result<Run> {
             .await
             .map_err(|e| anyhow::anyhow!("the durable consumer: {e}"))?;
         let (acked, total, batch) = (acked.clone(), args.records, args.batch);
+        let prefetch = !args.no_prefetch;
         tasks.push(tokio::spawn(async move {
             let mut h = histogram();
-            while acked.load(Ordering::Relaxed) < total {
-                let mut fetched = c
-                    .fetch()
+            // A fetch's pull request goes to the server when `messages()` is awaited.
+            let fetch = || async {
+                c.fetch()
                     .max_messages(batch)
                     .expires(Duration::from_millis(200))
                     .messages()
-                    .await?;
+                    .await
+                    .map_err(|e| anyhow::anyhow!("fetch: {e}"))
+            };
+            let mut next = None;
+            while acked.load(Ordering::Relaxed) < total {
+                let mut fetched = match next.take() {
+                    Some(f) => f,
+                    None => fetch().await?,
+                };
                 let mut got = Vec::with_capacity(batch);
                 while let Some(m) = fetched.next().await {
                     got.push(m.map_err(|e| anyhow::anyhow!("fetch: {e}"))?);
@@ -165,6 +179,9 @@ async fn one_run(args: &NatsGroupsArgs, n: usize) -> anyhow::Result<Run> {
                     continue;
                 }
                 let claimed = Instant::now();
+                if prefetch && acked.load(Ordering::Relaxed) + (got.len() as u64) < total {
+                    next = Some(fetch().await?);
+                }
                 for m in &got {
                     m.ack().await.map_err(|e| anyhow::anyhow!("ack: {e}"))?;
                 }
