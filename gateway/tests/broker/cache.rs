@@ -566,7 +566,10 @@ async fn cache_metrics_count_operations_by_kind_and_result(broker: &Broker) {
             .find_map(|l| l.strip_prefix(&series))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {series}in /metrics"));
-        assert!(count > 0.0, "{series}is {count} after the puts and gets before");
+        assert!(
+            count > 0.0,
+            "{series}is {count} after the puts and gets before"
+        );
     }
     assert!(
         !metric_lines(&text, "felix_cache_entries").is_empty(),
