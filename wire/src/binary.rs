@@ -26,6 +26,7 @@
 //! missing or left over, a string that is not UTF-8 or a key over `MAX_KEY_BYTES` are each a
 //! [`FrameError::BadHeader`] naming what is wrong, never a panic.
 
+use crate::binary_codec::{Reader, bad_in, json, put_str};
 use crate::cache::{CacheRequest, CacheResponse, Condition, MAX_KEY_BYTES};
 use crate::frame::FrameError;
 use crate::protocol::{Request, Response};
@@ -52,13 +53,6 @@ const FLAG_FOUND: u8 = 1 << 1;
 /// Whether a frame's header is a binary one.
 pub fn is_binary(header: &[u8]) -> bool {
     header.first() == Some(&TAG)
-}
-
-pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) -> Option<()> {
-    let len = u16::try_from(s.len()).ok()?;
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(s.as_bytes());
-    Some(())
 }
 
 fn condition_flags(condition: &Option<Condition>) -> (u8, Option<u64>) {
@@ -137,95 +131,15 @@ pub fn encode_response(response: &CacheResponse) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// A cursor over a binary header: every read is checked against what is left. Errors name
-/// the header's family (`label`: the cache's here, the groups' in `binary_groups.rs`).
-pub(crate) struct Reader<'a> {
-    buf: &'a [u8],
-    label: &'static str,
-}
-
 fn bad(what: impl std::fmt::Display) -> FrameError {
     bad_in(CACHE_LABEL, what)
 }
 
 const CACHE_LABEL: &str = "binary cache header";
 
-/// A header error of the family `label`.
-pub(crate) fn bad_in(label: &str, what: impl std::fmt::Display) -> FrameError {
-    FrameError::BadHeader(format!("{label}: {what}"))
-}
-
-impl<'a> Reader<'a> {
-    pub(crate) fn take(&mut self, n: usize, what: &str) -> Result<&'a [u8], FrameError> {
-        if self.buf.len() < n {
-            return Err(bad_in(
-                self.label,
-                format_args!(
-                    "{what} cut short ({n} bytes needed, {} left)",
-                    self.buf.len()
-                ),
-            ));
-        }
-        let (head, rest) = self.buf.split_at(n);
-        self.buf = rest;
-        Ok(head)
-    }
-
-    pub(crate) fn u8(&mut self, what: &str) -> Result<u8, FrameError> {
-        Ok(self.take(1, what)?[0])
-    }
-
-    pub(crate) fn u64(&mut self, what: &str) -> Result<u64, FrameError> {
-        let b = self.take(8, what)?;
-        Ok(u64::from_be_bytes(b.try_into().expect("8 bytes taken")))
-    }
-
-    pub(crate) fn string(&mut self, what: &str) -> Result<String, FrameError> {
-        let len = self.take(2, what)?;
-        let len = u16::from_be_bytes([len[0], len[1]]) as usize;
-        let bytes = self.take(len, what)?;
-        std::str::from_utf8(bytes)
-            .map(str::to_owned)
-            .map_err(|_| bad_in(self.label, format_args!("{what} is not UTF-8")))
-    }
-
-    pub(crate) fn end(&self) -> Result<(), FrameError> {
-        if self.buf.is_empty() {
-            Ok(())
-        } else {
-            Err(bad_in(
-                self.label,
-                format_args!("{} bytes after the last field", self.buf.len()),
-            ))
-        }
-    }
-
-    /// What is left unread.
-    pub(crate) fn left(&self) -> usize {
-        self.buf.len()
-    }
-
-    /// The tag; `kind`: what the header should hold, for the error.
-    fn start(buf: &'a [u8], kind: &str) -> Result<Reader<'a>, FrameError> {
-        Reader::start_tagged(buf, TAG, CACHE_LABEL, kind)
-    }
-
-    /// A header of the family `label`, whose first byte must be `tag`.
-    pub(crate) fn start_tagged(
-        buf: &'a [u8],
-        tag: u8,
-        label: &'static str,
-        kind: &str,
-    ) -> Result<Reader<'a>, FrameError> {
-        let mut r = Reader { buf, label };
-        if r.u8(kind)? != tag {
-            return Err(bad_in(
-                label,
-                format_args!("{kind} does not start with the binary tag"),
-            ));
-        }
-        Ok(r)
-    }
+/// A cache header's reader.
+fn start<'a>(buf: &'a [u8], kind: &str) -> Result<Reader<'a>, FrameError> {
+    Reader::start_tagged(buf, TAG, CACHE_LABEL, kind)
 }
 
 fn check_flags(flags: u8, allowed: u8, what: &str) -> Result<(), FrameError> {
@@ -242,7 +156,7 @@ fn check_flags(flags: u8, allowed: u8, what: &str) -> Result<(), FrameError> {
 
 /// Reads a binary request header back into the request it stands for.
 pub fn decode_request(header: &[u8]) -> Result<CacheRequest, FrameError> {
-    let mut r = Reader::start(header, "request header")?;
+    let mut r = start(header, "request header")?;
     let op = r.u8("operation")?;
     let flags = r.u8("flags")?;
     let tenant = r.string("tenant")?;
@@ -329,7 +243,7 @@ pub fn decode_request(header: &[u8]) -> Result<CacheRequest, FrameError> {
 
 /// Reads a binary answer header back into the answer it stands for.
 pub fn decode_response(header: &[u8]) -> Result<CacheResponse, FrameError> {
-    let mut r = Reader::start(header, "answer header")?;
+    let mut r = start(header, "answer header")?;
     let response = match r.u8("answer")? {
         ANSWER_WRITTEN => CacheResponse::Written {
             version: r.u64("version")?,
@@ -410,11 +324,6 @@ pub fn response_header(response: &Response, binary: bool) -> Vec<u8> {
         }
         _ => json(response),
     }
-}
-
-pub(crate) fn json(message: &impl serde::Serialize) -> Vec<u8> {
-    // Serializing our own message types cannot fail (no maps with non-string keys).
-    serde_json::to_vec(message).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@
 //! a panic. A message that does not fit (a name over 16 bits, too many records) has no
 //! binary form and goes as JSON.
 
-use crate::binary::{Reader, bad_in, json, put_str};
+use crate::binary_codec::{Reader, bad_in, json, put_str};
 use crate::frame::FrameError;
 use crate::groups::{ClaimRef, ClaimedMeta, GroupRequest, GroupResponse};
 use crate::protocol::{Request, Response};

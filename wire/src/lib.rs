@@ -26,6 +26,7 @@
 
 pub mod batch;
 pub mod binary;
+mod binary_codec;
 pub mod binary_groups;
 pub mod cache;
 pub mod checked;
