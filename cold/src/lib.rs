@@ -23,6 +23,7 @@ pub mod cache;
 pub mod decode_pool;
 pub mod error;
 mod head;
+mod lru;
 pub mod malloc;
 pub mod manifest;
 mod ranged;

@@ -20,7 +20,7 @@ use felix_wire::{BatchHeader, DecodedBatch, WireError};
 use parquet::arrow::async_writer::{AsyncArrowWriter, AsyncFileWriter};
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::SortingColumn;
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use parquet::schema::types::ColumnPath;
 
 use super::digest::RowGroupDigests;
@@ -45,6 +45,9 @@ const UNCOMPRESSED_COLUMNS: [&str; 8] = [
     "batch_attributes",
     "generation",
 ];
+/// A page of users' bytes is stored compressed only if zstd saves at least this share of it
+/// (see `writer_properties`).
+const MIN_ZSTD_SAVING: f64 = 0.05;
 /// Input records are handed to the Parquet writer in chunks of about this many bytes, so a
 /// large push does not build one huge Arrow batch (Arrow binary columns address 2 GiB).
 const ARROW_CHUNK_BYTES: usize = 8 << 20;
@@ -99,6 +102,25 @@ fn writer_properties(
     // zstd.
     for name in UNCOMPRESSED_COLUMNS {
         b = b.set_column_compression(col(name), Compression::UNCOMPRESSED);
+    }
+    // Data pages of version 2 say, page by page, whether their values are compressed: a
+    // page zstd shrinks by less than [`MIN_ZSTD_SAVING`] is stored as it is, so reading it
+    // back is a slice of the fetched bytes instead of a zstd pass that only copies (users'
+    // bytes are often incompressible: encrypted, or compressed by the producer; that copy
+    // was 4% of a cold replay's CPU). Version 2 also changes the encodings a column falls
+    // back to when its dictionary fills up (DELTA_BYTE_ARRAY for bytes, costly to decode):
+    // the byte columns are pinned to PLAIN, as version 1 wrote them. Readers need no
+    // change: every Parquet reader reads both page versions, and objects of either mix.
+    b = b
+        .set_writer_version(WriterVersion::PARQUET_2_0)
+        .set_data_page_v2_compression_ratio_threshold(1.0 - MIN_ZSTD_SAVING);
+    for path in [
+        col("key"),
+        col("payload"),
+        header_col("key"),
+        header_col("value"),
+    ] {
+        b = b.set_column_encoding(path, Encoding::PLAIN);
     }
     // Nobody prunes on payload bytes; min/max of them would only fatten the page index.
     b = b

@@ -561,6 +561,72 @@ async fn numbers_are_stored_uncompressed_and_the_users_bytes_with_zstd() {
     }
 }
 
+/// A log of 1 KiB payloads, random (`random`) or one repeated phrase.
+fn payload_log(random: bool) -> Log {
+    let mut log = Log::starting_at(0);
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    for b in 0..8 {
+        let mut builder = BatchBuilder::new(Compression::None);
+        for r in 0..64 {
+            let payload: Vec<u8> = if random {
+                (0..1024)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect()
+            } else {
+                b"the same order, again and again; ".repeat(32)[..1024].to_vec()
+            };
+            builder.push(record(
+                1_700_000_000_000 + b * 64 + r,
+                None,
+                Some(&payload),
+                &[],
+            ));
+        }
+        log.build(builder, 1);
+    }
+    log
+}
+
+/// Pages of the payload column that zstd would not shrink are stored as they are (read
+/// back without a zstd pass); compressible ones are compressed. Both read back intact.
+#[tokio::test]
+async fn incompressible_payload_pages_are_stored_as_they_are() {
+    use parquet::column::page::Page;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    for random in [true, false] {
+        let log = payload_log(random);
+        let (object, _) = encode_to_bytes(&log.bytes, &info(), &opts(1 << 20))
+            .await
+            .expect("encodes");
+        let footer = parse_footer(&object, ObjectFooter::SUFFIX_HINT);
+        check_round_trip(&object, &footer, &log.batches());
+        let reader = SerializedFileReader::new(object.clone()).expect("parquet");
+        let rg = reader.get_row_group(0).expect("row group 0");
+        let payload = (0..rg.num_columns())
+            .find(|&c| rg.metadata().column(c).column_path().string() == "payload")
+            .expect("a payload column");
+        let mut pages = rg.get_column_page_reader(payload).expect("pages");
+        let mut flags = Vec::new();
+        while let Some(page) = pages.get_next_page().expect("page") {
+            match page {
+                Page::DataPageV2 { is_compressed, .. } => flags.push(is_compressed),
+                Page::DictionaryPage { .. } => panic!("payloads have no dictionary"),
+                Page::DataPage { .. } => panic!("version 1 data page"),
+            }
+        }
+        assert!(!flags.is_empty());
+        assert!(
+            flags.iter().all(|&c| c != random),
+            "random payloads stored as they are, repeated ones compressed: {flags:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn footer_metadata_names_the_shard_and_range() {
     let log = varied_log();

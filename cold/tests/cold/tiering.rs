@@ -961,6 +961,25 @@ async fn cold_reads_are_cached_survive_failed_gets_and_coalesce_concurrent_fetch
         spent > row_groups && spent <= row_groups + 2,
         "8 readers of {row_groups} row groups cost {spent} GETs"
     );
+
+    // A footer asked for by many while its GET is in flight is fetched once and parsed
+    // once: everyone gets the same parsed footer.
+    let o = object_ref(&objects[0]);
+    let gets = rig.faults.gets();
+    let askers: Vec<_> = (0..8)
+        .map(|_| {
+            let (cache, o) = (rig.cache.clone(), o.clone());
+            tokio::spawn(async move { cache.footer(&o).await })
+        })
+        .collect();
+    let mut footers = Vec::new();
+    for a in askers {
+        footers.push(a.await.expect("asker task").expect("footer"));
+    }
+    assert_eq!(rig.faults.gets() - gets, 1, "one footer GET");
+    for f in &footers {
+        assert!(Arc::ptr_eq(f, &footers[0]), "one parse, shared by all");
+    }
 }
 
 /// A reader starting at an object's first offset with nothing cached gets its first row
