@@ -6,6 +6,7 @@ publish latency beside a cold reader.
 """
 
 import json
+import os
 import statistics
 import sys
 
@@ -37,7 +38,7 @@ w("# Catch-up against a distant object store (simulated GET latency over `file:/
 w("")
 w(f"Command: `bench/catchup-latency.sh` (BUILD={run.get('build', '?')}, GIB={run.get('gib', '?')}, "
   f"REPS={run.get('reps', '?')}); commit {run.get('commit', '?')}; {run.get('seconds', '?')} s in all. "
-  "Raw lines: `catchup-latency.jsonl`.")
+  f"Raw lines: `{os.path.basename(sys.argv[1])}`.")
 w("")
 w(f"* Machine: {run.get('cpu', '?')}, {run.get('cores', '?')} cores, shared with other engineers' "
   "builds and tests (load averages are in the raw lines).")
