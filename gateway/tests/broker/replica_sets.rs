@@ -18,7 +18,6 @@ pub(super) async fn a_shard_placed_short_is_topped_up(cluster: &mut Cluster) {
         .filter(|i| cluster.brokers[*i].is_running())
         .map(|i| i as u64 + 1)
         .collect();
-    let client = cluster.client(Duration::from_secs(30)).await;
     let down = *live.last().expect("a live broker");
     cluster.node(down).kill();
     // Recorded dead once its lease lapses.
@@ -36,6 +35,10 @@ pub(super) async fn a_shard_placed_short_is_topped_up(cluster: &mut Cluster) {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // Connected only now: a client connected before the kill may prefer `down`, and its
+    // connection there looks open until QUIC's idle timeout, so an admin request sent on it
+    // would be lost with the connection (an unknown outcome) instead of going elsewhere.
+    let client = cluster.client(Duration::from_secs(30)).await;
     let stream = "topped-up";
     let want = live.len();
     let config = StreamConfig {
