@@ -104,7 +104,7 @@ cp "$OUT" "$RESULTS.jsonl"
 COPIED=1
 
 python3 - "$RESULTS.jsonl" "$PROFILE" "$RECORDS" "$SIZE" "$PARTITIONS" "$(git rev-parse --short HEAD)" >"$RESULTS.md" <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 path, profile, records, size, partitions, commit = sys.argv[1:]
 lines = [json.loads(l) for l in open(path)]
 def label(r):
@@ -117,7 +117,7 @@ for r in lines:
     rows.setdefault(label(r), []).append(r)
 classic = statistics.median(r["steady_records_per_s"] for r in rows["classic consumer group, 1 Consumer"])
 print(f"# Kafka share groups vs a classic consumer group: consume+accept records/s (commit {commit})\n")
-print(f"Command: `bench/share-groups.sh` (PROFILE={profile}, {max(len(rs) for rs in rows.values())} reps interleaved). Raw lines: `share-groups.jsonl`.\n")
+print(f"Command: `bench/share-groups.sh` (PROFILE={profile}, {max(len(rs) for rs in rows.values())} reps interleaved). Raw lines: `{os.path.basename(path)}`.\n")
 print(f"* One `felix` ({profile} build) on loopback, defaults; each run on a fresh topic of {partitions} partitions holding {records} records of {size} B, confluent-kafka 2.16 (librdkafka 2.16.0).")
 print("* Share: every record accepted, with an explicit ACCEPT call or implicitly by the next poll (Kafka's default mode), acknowledgements piggy-backed on the next ShareFetch; N consumers are N processes. Classic: one Consumer, auto-commit. Rate: records over the time from the first record received to the last (steady state); from subscribe() in the last column (the classic group's includes its 3 s initial rebalance delay).")
 print("* The machine is shared (2 cores, other builds and tests): the load average is in the raw lines.\n")
