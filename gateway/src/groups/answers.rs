@@ -97,6 +97,17 @@ impl Broker {
         let mut offsets = c.held_offsets(a.consumer, a.records, now)?;
         offsets.sort_unstable();
         offsets.dedup();
+        // A retired record (acknowledged, dead-lettered) is held by no one: a re-sent ack
+        // or nack of it changes nothing and is answered ok, but an extend would answer a
+        // deadline for a claim that no longer exists. Refused whole, changing nothing.
+        if matches!(answer, Answer::Extend { .. })
+            && let Some(retired) = a
+                .records
+                .iter()
+                .find(|r| offsets.binary_search(&r.offset).is_err())
+        {
+            return Err(super::cursor::not_claimed(retired));
+        }
         let visibility = group.settings.visibility_timeout_ms;
         let (event, deadlines) = match &answer {
             Answer::Ack => (Event::Ack { offsets }, Vec::new()),

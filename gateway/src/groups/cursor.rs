@@ -524,7 +524,7 @@ fn expired(claim: &ClaimRef) -> ErrorBody {
     )
 }
 
-fn not_claimed(claim: &ClaimRef) -> ErrorBody {
+pub(super) fn not_claimed(claim: &ClaimRef) -> ErrorBody {
     ErrorBody::new(
         codes::CLAIM_NOT_HELD,
         reasons::NOT_CLAIMED,

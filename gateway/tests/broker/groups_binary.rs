@@ -251,6 +251,18 @@ pub(super) async fn binary_group_headers_answer_like_json_and_a_malformed_one_ch
     let (is_bin, bin_again, _) = exchange(&raw, bin(&ack("bin", again.clone()))).await;
     assert!(is_bin);
     assert_eq!(bin_again, json_again);
+    // An extend of a record already acknowledged is refused (no claim is left to extend),
+    // in both encodings, and the group is as it was.
+    for (group, frame) in [
+        ("json", json(&extend("json", again.clone()))),
+        ("bin", bin(&extend("bin", again.clone()))),
+    ] {
+        match exchange(&raw, frame).await.1 {
+            Response::Error(e) if e.reason == "not_claimed_by_you" => {}
+            other => panic!("an extend of an acknowledged record is refused, got {other:?}"),
+        }
+        assert_eq!(progress(client, group).await, (10, 0));
+    }
     let (_, json_refused, _) = exchange(&raw, json(&ack("nope", again.clone()))).await;
     let (is_bin, bin_refused, _) = exchange(&raw, bin(&ack("nope", again))).await;
     assert!(!is_bin, "a refusal of a binary request is JSON");
