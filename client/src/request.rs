@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use felix_wire::protocol::{FRAME_PREFIX, Frame, FrameKind, Request, Response};
 
 use crate::error::{ClientError, connection_error, read_error, write_error};
@@ -106,25 +106,19 @@ pub(crate) async fn read_frame(
             "frame length {len} too small"
         )));
     }
-    // Filled from QUIC's own chunks rather than zeroed first and read into (a poll's answer
-    // is up to megabytes; zeroing it was 4% of a group consumer's CPU), and never past this
-    // frame's end: a reused stream's next answer stays unread.
-    let mut buf = BytesMut::with_capacity(4 + len);
-    buf.extend_from_slice(&len_bytes);
-    while buf.len() < 4 + len {
-        match recv.read_chunk(4 + len - buf.len(), true).await {
-            Ok(Some(chunk)) => buf.extend_from_slice(&chunk.bytes),
-            Ok(None) => {
-                return Err(ClientError::Protocol(format!(
-                    "stream ended inside a frame ({} of {len} bytes)",
-                    buf.len() - 4
-                )));
-            }
-            Err(e) => return Err(read_error(e)),
+    let mut buf = vec![0u8; 4 + len];
+    buf[..4].copy_from_slice(&len_bytes);
+    match recv.read_exact(&mut buf[4..]).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(n)) => {
+            return Err(ClientError::Protocol(format!(
+                "stream ended inside a frame ({n} of {len} bytes)"
+            )));
         }
+        Err(quinn::ReadExactError::ReadError(e)) => return Err(read_error(e)),
     }
     // The body is a slice of the buffer read, not a second copy of it (a get's value).
-    let (frame, _) = Frame::decode_shared(&buf.freeze(), max_frame)
+    let (frame, _) = Frame::decode_shared(&Bytes::from(buf), max_frame)
         .map_err(|e| ClientError::Protocol(e.to_string()))?;
     Ok(Some(frame))
 }
