@@ -9,7 +9,7 @@
 //! fetch goes through the [`TierStore`], whose concurrency limit keeps cold reads from
 //! crowding the uploads and, through them, the publish path.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use crate::decode_pool::DecodePool;
 use crate::error::ColdError;
 use crate::head::Heads;
-use crate::lru::Lru;
+use crate::lru::{InFlight, Lru};
 use crate::ranged::{concat, split_get};
 use crate::read_ahead::{ReadAhead, ReadAheadConfig};
 use crate::segment::{DecodedRowGroup, ObjectFooter, decode_row_group};
@@ -154,11 +154,6 @@ pub struct ColdRead {
     pub row_groups_after: usize,
 }
 
-/// One row group's decode, shared by everyone who asked for it meanwhile.
-type DecodeCell = Arc<tokio::sync::OnceCell<Arc<DecodedRowGroup>>>;
-/// One footer's fetch and parse, likewise.
-type FooterCell = Arc<tokio::sync::OnceCell<Arc<ObjectFooter>>>;
-
 struct Inner {
     store: TierStore,
     hybrid: HybridCache<String, Bytes>,
@@ -166,14 +161,14 @@ struct Inner {
     footers: Mutex<Lru<String, ObjectFooter>>,
     /// Footers being fetched and parsed now, by object id: everyone who asks meanwhile
     /// waits for that one parse.
-    footers_loading: Mutex<HashMap<String, FooterCell>>,
+    footers_loading: InFlight<String, ObjectFooter>,
     /// Objects with a read-ahead task waiting for their footer ([`ColdCache::prefetch_object`]).
     objects_prefetching: Mutex<HashSet<String>>,
     decoded: Mutex<Lru<(String, usize), DecodedRowGroup>>,
     /// Row groups being fetched and decoded now: a reader that arrives while read-ahead
     /// (or another reader) decodes the same row group waits for that decode instead of
     /// decoding it again.
-    decoding: Mutex<HashMap<(String, usize), DecodeCell>>,
+    decoding: InFlight<(String, usize), DecodedRowGroup>,
     decoder: DecodePool,
     read_ahead: ReadAhead,
     heads: Heads,
@@ -249,7 +244,7 @@ impl ColdCache {
                 store,
                 hybrid,
                 footers: Mutex::new(Lru::new(16 << 20)),
-                footers_loading: Mutex::new(HashMap::new()),
+                footers_loading: InFlight::new(),
                 objects_prefetching: Mutex::new(HashSet::new()),
                 decoded: Mutex::new(Lru::new(
                     config
@@ -257,7 +252,7 @@ impl ColdCache {
                         .max(1 << 20)
                         .saturating_add(config.read_ahead_bytes as usize),
                 )),
-                decoding: Mutex::new(HashMap::new()),
+                decoding: InFlight::new(),
                 decoder,
                 read_ahead,
                 heads: Heads::new(config.head_bytes),
@@ -325,21 +320,10 @@ impl ColdCache {
         // a distant store a reader near an object's end asks for the next object's footer
         // on every read until it arrives, and each used to parse it again (3-5% of a
         // broker's CPU in a cold replay at 30 ms per GET, profiled).
-        let cell = i
-            .footers_loading
-            .lock()
-            .entry(id.clone())
-            .or_default()
-            .clone();
-        let result = cell
-            .get_or_try_init(|| self.load_footer(object, &id, head))
+        // `load_footer` keeps the footer in the LRU itself.
+        i.footers_loading
+            .run(&id, || self.load_footer(object, &id, head), |_| {})
             .await
-            .cloned();
-        let mut loading = i.footers_loading.lock();
-        if loading.get(&id).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-            loading.remove(&id);
-        }
-        result
     }
 
     /// Fetches (or takes from the hybrid cache) and parses an object's footer, and keeps it
@@ -416,23 +400,19 @@ impl ColdCache {
             i.stats.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(rg);
         }
-        let cell = i.decoding.lock().entry(dkey.clone()).or_default().clone();
-        let result = cell
-            .get_or_try_init(|| self.fetch_and_decode(object, footer, n, fetch))
+        // The first to finish moves the decode into the LRU; a failed one is retried by the
+        // next reader.
+        i.decoding
+            .run(
+                &dkey,
+                || self.fetch_and_decode(object, footer, n, fetch),
+                |rg| {
+                    i.decoded
+                        .lock()
+                        .insert(dkey.clone(), rg.clone(), rg.batches.len())
+                },
+            )
             .await
-            .cloned();
-        {
-            // The first to finish moves the decode into the LRU; a failed one is retried
-            // by the next reader.
-            let mut decoding = i.decoding.lock();
-            if decoding.get(&dkey).is_some_and(|c| Arc::ptr_eq(c, &cell)) {
-                decoding.remove(&dkey);
-                if let Ok(rg) = &result {
-                    i.decoded.lock().insert(dkey, rg.clone(), rg.batches.len());
-                }
-            }
-        }
-        result
     }
 
     /// Row group `n` as the hybrid cache holds it: decoded batches, so a warm read costs a

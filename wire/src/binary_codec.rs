@@ -36,6 +36,11 @@ impl<'a> Reader<'a> {
         Ok(self.take(1, what)?[0])
     }
 
+    pub(crate) fn u32(&mut self, what: &str) -> Result<u32, FrameError> {
+        let b = self.take(4, what)?;
+        Ok(u32::from_be_bytes(b.try_into().expect("4 bytes taken")))
+    }
+
     pub(crate) fn u64(&mut self, what: &str) -> Result<u64, FrameError> {
         let b = self.take(8, what)?;
         Ok(u64::from_be_bytes(b.try_into().expect("8 bytes taken")))

@@ -235,11 +235,6 @@ pub fn encode_response(response: &GroupResponse) -> Option<Vec<u8>> {
     }
 }
 
-fn u32_of(r: &mut Reader, what: &str) -> Result<u32, FrameError> {
-    let b = r.take(4, what)?;
-    Ok(u32::from_be_bytes(b.try_into().expect("4 bytes taken")))
-}
-
 /// The runs of a header, expanded in order; `each`: the bytes of a run after its first
 /// offset and count, read by `tail`.
 fn read_runs<T>(
@@ -248,7 +243,7 @@ fn read_runs<T>(
     mut tail: impl FnMut(&mut Reader) -> Result<(u32, i64), FrameError>,
     make: impl Fn(u64, u32, i64) -> T,
 ) -> Result<Vec<T>, FrameError> {
-    let n = u32_of(r, "run count")? as usize;
+    let n = r.u32("run count")? as usize;
     // Checked before anything is taken for them: each run is 12 + `each` bytes.
     if n.saturating_mul(12 + each) > r.left() {
         return Err(bad(format_args!(
@@ -259,7 +254,7 @@ fn read_runs<T>(
     let mut out = Vec::new();
     for _ in 0..n {
         let first = r.u64("run's first offset")?;
-        let count = u32_of(r, "run's count")?;
+        let count = r.u32("run's count")?;
         let (attempt, extra) = tail(r)?;
         if count == 0 {
             return Err(bad("a run of no records"));
@@ -283,7 +278,7 @@ fn claim_refs(r: &mut Reader) -> Result<Vec<ClaimRef>, FrameError> {
     read_runs(
         r,
         4,
-        |r| Ok((u32_of(r, "run's attempt")?, 0)),
+        |r| Ok((r.u32("run's attempt")?, 0)),
         |offset, attempt, _| ClaimRef { offset, attempt },
     )
 }
@@ -308,7 +303,7 @@ pub fn decode_request(header: &[u8]) -> Result<GroupRequest, FrameError> {
     let stream = r.string("stream")?;
     let group = r.string("group")?;
     let consumer = r.string("consumer")?;
-    let shard = u32_of(&mut r, "shard")?;
+    let shard = r.u32("shard")?;
     let request = match op {
         OP_POLL => {
             check_flags(flags, 0, "a poll")?;
@@ -319,7 +314,7 @@ pub fn decode_request(header: &[u8]) -> Result<GroupRequest, FrameError> {
                 group,
                 shard,
                 consumer,
-                max_records: u32_of(&mut r, "max records")?,
+                max_records: r.u32("max records")?,
                 max_bytes: r.u64("max bytes")?,
                 wait_ms: r.u64("wait")?,
             }
@@ -385,14 +380,14 @@ pub fn decode_request(header: &[u8]) -> Result<GroupRequest, FrameError> {
 pub fn decode_response(header: &[u8]) -> Result<GroupResponse, FrameError> {
     let mut r = Reader::start_tagged(header, TAG, LABEL, "answer header")?;
     let answer = r.u8("answer")?;
-    let shard = u32_of(&mut r, "shard")?;
+    let shard = r.u32("shard")?;
     let response = match answer {
         ANSWER_CLAIMED => GroupResponse::Claimed {
             shard,
             records: read_runs(
                 &mut r,
                 12,
-                |r| Ok((u32_of(r, "run's attempt")?, r.u64("run's deadline")? as i64)),
+                |r| Ok((r.u32("run's attempt")?, r.u64("run's deadline")? as i64)),
                 |offset, attempt, deadline_ms| ClaimedMeta {
                     offset,
                     attempt,
@@ -401,7 +396,7 @@ pub fn decode_response(header: &[u8]) -> Result<GroupResponse, FrameError> {
             )?,
         },
         ANSWER_ANSWERED => {
-            let n = u32_of(&mut r, "deadline count")? as usize;
+            let n = r.u32("deadline count")? as usize;
             if n as u64 > MAX_NAMED_RECORDS || n.saturating_mul(8) > r.left() {
                 return Err(bad(format_args!(
                     "{n} deadlines cut short or too many ({} bytes left)",
